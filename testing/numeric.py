@@ -1,0 +1,76 @@
+"""Numeric helpers for kernel tests: poisoned outputs, bit-exact and ULP comparisons."""
+
+from __future__ import annotations
+
+import torch
+
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits as a same-size integer tensor (bf16 -> int16, fp8 -> uint8, ...)."""
+    return t.view(_SAME_SIZE_INT[t.element_size()])
+
+
+def poison_value(dtype: torch.dtype) -> float | int:
+    """NaN for floating types; the most negative value for signed integers; the max for unsigned."""
+    if dtype.is_floating_point:
+        return float("nan")
+    info = torch.iinfo(dtype)
+    return info.min if info.min < 0 else info.max
+
+
+def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    """A fresh tensor filled with a value no kernel should produce, so unwritten elements fail.
+
+    fp8 e4m3 has NaN (0x7F); for the integer types the sentinel is a legal value, so tests that use
+    it must also draw inputs that avoid it.
+    """
+    out = torch.empty(shape, dtype=dtype, device=device)
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        as_bits(out).fill_(0x7F)
+    else:
+        out.fill_(poison_value(dtype))
+    return out
+
+
+def assert_bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, what: str = "output") -> None:
+    """Exact comparison of shape, dtype and every bit (NaN payloads and -0.0 included)."""
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    a, e = as_bits(actual.contiguous()).cpu(), as_bits(expected.contiguous()).cpu()
+    mismatch = a != e
+    if bool(mismatch.any()):
+        idx = mismatch.nonzero()
+        first = tuple(idx[0].tolist())
+        raise AssertionError(
+            f"{what}: {idx.shape[0]} of {a.numel()} elements differ; first at {first}: "
+            f"got {actual.cpu()[first]!r}, expected {expected.cpu()[first]!r}"
+        )
+
+
+def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Units in the last place between two floating tensors of one dtype (monotone int mapping).
+
+    NaN against anything is reported as the largest distance.
+    """
+    assert actual.dtype == expected.dtype and actual.dtype.is_floating_point
+    bits = 8 * actual.element_size()
+
+    def ordered(t):
+        i = as_bits(t.contiguous()).cpu().to(torch.int64)
+        if t.element_size() == 1:
+            i = torch.where(i >= 128, i - 256, i)  # uint8 view -> signed
+        sign_flip = torch.where(i < 0, -(i & ((1 << (bits - 1)) - 1)), i)
+        return sign_flip
+
+    dist = (ordered(actual) - ordered(expected)).abs()
+    nan = torch.isnan(actual.float().cpu()) | torch.isnan(expected.float().cpu())
+    return torch.where(nan, torch.full_like(dist, 1 << (bits - 1)), dist)
+
+
+def assert_ulp_close(actual: torch.Tensor, expected: torch.Tensor, max_ulp: int, what: str = "output") -> None:
+    """Every element within `max_ulp` units in the last place; NaN never passes."""
+    dist = ulp_distance(actual, expected)
+    worst = int(dist.max()) if dist.numel() else 0
+    assert worst <= max_ulp, f"{what}: max ULP distance {worst} > {max_ulp}"

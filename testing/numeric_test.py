@@ -1,0 +1,52 @@
+"""Numeric helpers: poison values, bitwise comparison, ULP distance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from testing.numeric import as_bits, assert_bitwise_equal, assert_ulp_close, poisoned, ulp_distance
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32, torch.uint8], ids=str)
+def test_poisoned_is_never_a_plain_value(dtype):
+    t = poisoned((3, 5), dtype, "cpu")
+    if dtype.is_floating_point:
+        assert torch.isnan(t.float()).all()
+    else:
+        assert (t == (torch.iinfo(dtype).min if dtype == torch.int32 else 255)).all()
+
+
+def test_bitwise_equal_distinguishes_signed_zero_and_nan_payloads():
+    a = torch.tensor([0.0, 1.0])
+    assert_bitwise_equal(a, a.clone())
+    with pytest.raises(AssertionError, match="1 of 2 elements differ; first at \\(0,\\)"):
+        assert_bitwise_equal(a, torch.tensor([-0.0, 1.0]))
+    nan_a = torch.tensor([math.nan])
+    nan_b = as_bits(nan_a.clone()).add_(1).view(torch.float32)
+    with pytest.raises(AssertionError):
+        assert_bitwise_equal(nan_a, nan_b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS[:3], ids=str)
+def test_ulp_distance_counts_representable_steps(dtype):
+    x = (torch.randn(64) * 10).to(dtype)
+    for steps in (1, 3):
+        y = x.clone()
+        for _ in range(steps):
+            y = torch.nextafter(y.float(), torch.full_like(y.float(), math.inf)).to(dtype) if dtype == torch.float32 else (
+                as_bits(y).add(torch.where(y >= 0, 1, -1).to(as_bits(y).dtype)).view(dtype)
+            )
+        assert (ulp_distance(y, x) == steps).all()
+
+
+def test_ulp_distance_across_zero_and_nan():
+    a, b = torch.tensor([torch.finfo(torch.float32).tiny * 0]), torch.tensor([-0.0])
+    assert int(ulp_distance(a, b)[0]) == 0
+    assert int(ulp_distance(torch.tensor([math.nan]), torch.tensor([1.0]))[0]) == 1 << 31
+    with pytest.raises(AssertionError, match="max ULP distance"):
+        assert_ulp_close(torch.tensor([math.nan]), torch.tensor([math.nan]), max_ulp=4)

@@ -1,0 +1,79 @@
+"""`tl_kernel(name)`: every target of one kernel package, from the package's fixed file set.
+
+Libraries :ref :cuda :asc :api; CPU tests <name>_test_ref, <name>_codegen_cuda, <name>_codegen_ascend;
+device tests <name>_test_cuda (tag gpu) and <name>_test_ascend (tag npu); binary <name>_bench.
+All tests run <name>_test.py through testing/pytest_main.py, selecting one marker suite each.
+"""
+
+load("@rules_python//python:defs.bzl", "py_binary", "py_library", "py_test")
+load("@tilelang_ops_pypi//:requirements.bzl", "requirement")
+
+_ROOT = "../.."  # imports are root-relative (`from kernels.<name> import ref`)
+
+def _suite_test(name, test_file, suite, deps, size, tags = [], extra_args = []):
+    py_test(
+        name = name,
+        size = size,
+        srcs = [test_file, "//testing:pytest_main.py"],
+        main = "//testing:pytest_main.py",
+        args = ["$(rootpath %s)" % test_file, "--tl-suite=" + suite] + extra_args,
+        deps = deps,
+        tags = tags,
+    )
+
+def tl_kernel(name, codegen_size = "medium", device_size = "large"):
+    """Declares the targets of kernels/<name>/.
+
+    Args:
+      name: the kernel (the package directory name).
+      codegen_size: test size of the codegen targets (nvcc compiles every shipped configuration).
+      device_size: test size of the device targets.
+    """
+    torch = requirement("torch")
+    tilelang = requirement("tilelang")
+    py_library(name = "init", srcs = ["__init__.py"], imports = [_ROOT], deps = ["//kernels:init"])
+    py_library(name = "ref", srcs = ["ref.py"], imports = [_ROOT], deps = [":init", torch])
+    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", tilelang])
+    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", tilelang])
+
+    # The interface reaches backends only through tilelang_ops (which depends on it), never directly.
+    py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", torch])
+
+    test_file = name + "_test.py"
+    common = ["//platform:ops", "//testing", requirement("pytest")]
+    _suite_test(name + "_test_ref", test_file, "ref", [":api", ":ref"] + common, "small")
+    _suite_test(name + "_codegen_cuda", test_file, "codegen_cuda", [":cuda", "//testing:codegen"] + common, codegen_size)
+    _suite_test(name + "_codegen_ascend", test_file, "codegen_ascend", [":asc", "//testing:codegen"] + common, codegen_size)
+    _suite_test(
+        name + "_test_cuda",
+        test_file,
+        "device",
+        [":api", ":ref", ":cuda"] + common,
+        device_size,
+        tags = ["gpu", "no-sandbox", "exclusive"],
+        extra_args = ["--backend=cuda"],
+    )
+    _suite_test(
+        name + "_test_ascend",
+        test_file,
+        "device",
+        [":api", ":ref", ":asc"] + common,
+        device_size,
+        tags = ["npu", "no-sandbox", "exclusive"],
+        extra_args = ["--backend=asc"],
+    )
+
+    py_binary(
+        name = name + "_bench",
+        srcs = [name + "_bench.py", "//testing:benchmark.py"],
+        main = "//testing:benchmark.py",
+        args = ["--kernels=" + name],
+        deps = [":api", ":ref", "//platform:ops", "//testing:bench"],
+        tags = ["gpu"],
+    )
+
+    native.filegroup(
+        name = "package_files",
+        srcs = native.glob(["*"]),
+        visibility = ["//kernels:__pkg__"],
+    )
