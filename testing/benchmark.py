@@ -871,7 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     floor_us = _timer.empty_kernel_us(device, method=args.method)
     print(
         f"copy ceiling: {ceiling:.0f} GB/s (read+write, {ceiling_timing.median_us:.1f} us per copy); "
-        f"empty-kernel floor: {floor_us:.2f} us"
+        f"empty-kernel floor: {floor_us:.2f} us; {ceiling_timing.note}"
     )
     if args.inject_extra_pass:
         print("NOTE: --inject-extra-pass: every kernel call runs twice (gate self-check); regressions are expected")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Imported here, before any in-process pytester run: pytester restores sys.modules after each run,
+# and TileLang's FFI registry cannot be imported a second time in one process.
+import tilelang_ops  # noqa: F401
 from testing import plugin
 
 pytest_plugins = ["pytester"]

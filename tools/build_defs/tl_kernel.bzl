@@ -29,6 +29,7 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large"):
       codegen_size: test size of the codegen targets (nvcc compiles every shipped configuration).
       device_size: test size of the device targets.
     """
+    native.package(default_visibility = ["//visibility:public"])
     torch = requirement("torch")
     tilelang = requirement("tilelang")
     py_library(name = "init", srcs = ["__init__.py"], imports = [_ROOT], deps = ["//kernels:init"])
