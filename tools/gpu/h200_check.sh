@@ -2,6 +2,7 @@
 # Runs on the lent H200 (no Bazel there): TileLang from the carried bundle, then the step named by $1.
 #   tests      gather device tests (pytest-xdist, one GPU shared by the workers) + compute-sanitizer
 #   bench      benchmarks twice (spread), refresh baselines/memory profiles, then the gate self-check
+#   all        both
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -10,20 +11,23 @@ export TILELANG_CACHE_DIR=/tmp/tl-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 python3 -c "import torch, tilelang; print('torch', torch.__version__, 'tilelang', tilelang.__version__)"
 step=${1:-tests}
-pytest_args=(-p testing.plugin -p no:cacheprovider --backend=cuda)
-case "$step" in
-  tests)
+pytest_args=(-p testing.plugin -p no:cacheprovider -p no:benchmark --backend=cuda)
+run_tests() {
     python3 -m pytest kernels/gather/gather_test.py "${pytest_args[@]}" --tl-suite=device -n 8 -q -rs 2>&1 | tee "$OUT/gather_device_tests.log" | tail -25
     # memcheck over the device tests (the kernels are compiled by now); gather uses no shared memory,
     # so racecheck has nothing to check.
     compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
       python3 -m pytest kernels/gather/gather_test.py "${pytest_args[@]}" --tl-suite=device -q \
         -k "not 64bit and not 65536" 2>&1 | tee "$OUT/gather_memcheck.log" | tail -6
-    ;;
-  bench)
+}
+run_bench() {
     python3 -m testing.benchmark --kernels gather --repeat-runs 2 --refresh-baselines --refresh-memory \
       --json "$OUT/gather_bench.json" 2>&1 | tee "$OUT/gather_bench.log"
     python3 -m testing.benchmark --kernels gather --inject-extra-pass --cases-filter m32768 2>&1 | tee "$OUT/gather_gate_selfcheck.log" | tail -20
     cp -r testing/benchmark_baselines testing/gpu_mem_profiles "$OUT/" 2>/dev/null
-    ;;
+}
+case "$step" in
+  tests) run_tests ;;
+  bench) run_bench ;;
+  all) run_tests; run_bench ;;
 esac
