@@ -9,7 +9,7 @@ Peers, timed in the same run with the same timer:
 
 bytes_moved = m*D*elem (rows read) + m*D*elem (y written) + m*index_bytes.
 Input set k shares x with the other sets of its case (a large random table, built once) and has its
-own random index (uniform in [0, n)), so the rows a set reads differ from set to set; the timer rotates
+own random index (m distinct rows of [0, n)), so the rows a set reads differ from set to set; the timer rotates
 through enough sets that their rows (``input_bytes``) exceed 2 x L2.
 """
 
@@ -75,7 +75,8 @@ def _case(n: int, m: int, d: int, dt: str, it: str, strided: bool) -> BenchCase:
         compiled_ref = compiled[0]
         x = _table(device, n, d, dtype, strided)
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-index-{k}"))
-        index = torch.randint(0, n, (m,), generator=gen, dtype=index_dtype, device=device)
+        # Distinct rows (m <= n): a repeated row could come from L2 and overstate the bandwidth.
+        index = torch.randperm(n, generator=gen, device=device)[:m].to(index_dtype)
         return Workload(
             fn=lambda: api.gather(x, index),
             peers={

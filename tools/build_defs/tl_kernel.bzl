@@ -64,12 +64,18 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large"):
         extra_args = ["--backend=asc"],
     )
 
+    py_library(
+        name = "bench_cases",
+        srcs = [name + "_bench.py"],
+        imports = [_ROOT],
+        deps = [":api", ":ref", "//platform:ops", "//testing:bench"],
+    )
     py_binary(
         name = name + "_bench",
-        srcs = [name + "_bench.py", "//testing:benchmark.py"],
+        srcs = ["//testing:benchmark.py"],
         main = "//testing:benchmark.py",
         args = ["--kernels=" + name],
-        deps = [":api", ":ref", "//platform:ops", "//testing:bench"],
+        deps = [":bench_cases"],
         tags = ["gpu"],
     )
 
