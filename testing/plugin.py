@@ -44,6 +44,8 @@ def pytest_configure(config):
 
         backend = config.getoption("--backend") or os.environ.get("TILELANG_OPS_BACKEND") or "cuda"
         config._tl_binding = apply_binding(backend=backend)
+        if hasattr(config, "workeroutput"):  # sent to the controller when this worker finishes
+            config.workeroutput["tl_binding"] = config._tl_binding
     for suite, doc in {
         "ref": "CPU: reference vs an independent oracle, interface validation",
         "codegen_cuda": "CPU: lower and nvcc-compile every shipped configuration for sm_90a / sm_100a",
@@ -51,6 +53,18 @@ def pytest_configure(config):
         "device": "runs kernels on the accelerator of the chosen backend",
     }.items():
         config.addinivalue_line("markers", f"{suite}: {doc}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    binding = getattr(node, "workeroutput", {}).get("tl_binding")
+    if binding:
+        node.config.__dict__.setdefault("_tl_worker_bindings", []).append(binding)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for binding in sorted(getattr(config, "_tl_worker_bindings", [])):
+        terminalreporter.write_line(f"tilelang_ops device binding: {binding}")
 
 
 def pytest_report_header(config):

@@ -3,6 +3,7 @@
 #   tests      gather device tests (pytest-xdist, one GPU shared by the workers) + compute-sanitizer
 #   bench      benchmarks twice (spread), refresh baselines/memory profiles, then the gate self-check
 #   all        both
+#   verify     committed baselines gate a fresh run; the profiler timer; two xdist workers on one GPU
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -26,8 +27,16 @@ run_bench() {
     python3 -m testing.benchmark --kernels gather --inject-extra-pass --cases-filter m32768 2>&1 | tee "$OUT/gather_gate_selfcheck.log" | tail -20
     cp -r testing/benchmark_baselines testing/gpu_mem_profiles "$OUT/" 2>/dev/null
 }
+run_verify() {
+    python3 -m testing.benchmark --kernels gather 2>&1 | tee "$OUT/gather_vs_committed.log" | tail -16
+    python3 -m testing.benchmark --kernels gather --method profiler --cases-filter d7168 --missing report \
+      2>&1 | tee "$OUT/gather_profiler.log" | tail -9
+    python3 -m pytest kernels/gather/gather_test.py "${pytest_args[@]}" --tl-suite=device -n 2 -q \
+      -k "every_dtype" 2>&1 | grep -E "tilelang_ops\]|passed|failed" | sort | uniq -c | tee "$OUT/xdist_binding.log"
+}
 case "$step" in
   tests) run_tests ;;
+  verify) run_verify ;;
   bench) run_bench ;;
   all) run_tests; run_bench ;;
 esac
