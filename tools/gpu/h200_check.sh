@@ -32,7 +32,7 @@ run_verify() {
     python3 -m testing.benchmark --kernels gather --method profiler --cases-filter d7168 --missing report \
       2>&1 | tee "$OUT/gather_profiler.log" | tail -9
     python3 -m pytest kernels/gather/gather_test.py "${pytest_args[@]}" --tl-suite=device -n 2 -q \
-      -k "every_dtype" 2>&1 | grep -E "tilelang_ops\]|passed|failed" | sort | uniq -c | tee "$OUT/xdist_binding.log"
+      -k "every_dtype" 2>&1 | tail -4 | tee "$OUT/xdist_binding.log"
 }
 case "$step" in
   tests) run_tests ;;
