@@ -600,10 +600,7 @@ def _reset_compiler() -> None:
     """Fresh torch.compile state per case (avoids recompile limits / dynamic-shape drift)."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
-        try:
-            dynamo.reset()
-        except Exception:
-            pass
+        dynamo.reset()
 
 
 def _short_error(exc: BaseException, limit: int = 240) -> str:

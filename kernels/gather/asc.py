@@ -41,21 +41,13 @@ import dataclasses
 
 import tilelang
 import tilelang.ascend.language as T
+import tvm
 
 __all__ = ["DTYPES", "INDEX_DTYPES", "GatherConfig", "gather_config", "gather_shipped_configs", "gather_tl"]
 
-# Element type names the factory accepts, with their size in bytes; the same names as the CUDA
-# factory ("float8_e4m3" is TileLang's spelling of torch.float8_e4m3fn, uint8 carries packed FP4).
-_ELEMENT_BYTES = {
-    "bfloat16": 2,
-    "float16": 2,
-    "float32": 4,
-    "float8_e4m3": 1,
-    "float8_e4m3fn": 1,
-    "uint8": 1,
-    "int32": 4,
-}
-DTYPES = tuple(_ELEMENT_BYTES)
+# Element type names the factory accepts: the same names as the CUDA factory ("float8_e4m3" is
+# TileLang's spelling of torch.float8_e4m3fn, uint8 carries packed FP4).
+DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3", "float8_e4m3fn", "uint8", "int32")
 INDEX_DTYPES = ("int32", "int64")
 
 # One persistent block per vector core, the count TileLang's Ascend 950 vector examples launch; a
@@ -96,13 +88,13 @@ def _round_up(v: int, to: int) -> int:
 
 def gather_config(D: int, dtype: str, x_stride: int, x_align: int = 16, threads: int | None = None) -> GatherConfig:
     """Derive the tiling from the static arguments; `x_align` and `threads` do not affect it."""
-    if dtype not in _ELEMENT_BYTES:
+    if dtype not in DTYPES:
         raise ValueError(f"gather: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if D < 1:
         raise ValueError(f"gather: D must be >= 1, got {D}")
     if x_stride < D:
         raise ValueError(f"gather: x_stride {x_stride} is smaller than D {D}")
-    elem = _ELEMENT_BYTES[dtype]
+    elem = tvm.DataType(dtype).bits // 8
     align = _UB_ALIGN_BYTES // elem
     # A row wider than a tile is split into the fewest chunks that fit; rounding the chunk to 32
     # bytes lets every chunk but the last fill its UB row exactly, and the recount keeps every

@@ -24,22 +24,14 @@ import math
 
 import tilelang
 import tilelang.language as T
+import tvm
 
 __all__ = ["DTYPES", "INDEX_DTYPES", "GatherConfig", "gather_config", "gather_shipped_configs", "gather_tl"]
 
-# Element type names the factory accepts, with their size in bytes. "float8_e4m3" is TileLang's
-# spelling that the launcher matches against torch.float8_e4m3fn (and e4m3fnuz) tensors;
-# "float8_e4m3fn" is the exact name and is accepted as well. uint8 carries packed FP4.
-_ELEMENT_BYTES = {
-    "bfloat16": 2,
-    "float16": 2,
-    "float32": 4,
-    "float8_e4m3": 1,
-    "float8_e4m3fn": 1,
-    "uint8": 1,
-    "int32": 4,
-}
-DTYPES = tuple(_ELEMENT_BYTES)
+# Element type names the factory accepts. "float8_e4m3" is TileLang's spelling that the launcher
+# matches against torch.float8_e4m3fn tensors; "float8_e4m3fn" is accepted as well. uint8 carries
+# packed FP4.
+DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3", "float8_e4m3fn", "uint8", "int32")
 INDEX_DTYPES = ("int32", "int64")
 
 # One 128-bit access per instruction is the widest global load/store a thread can issue.
@@ -89,9 +81,9 @@ def gather_config(
     `threads` caps the block size and `vectors_per_thread` the vectors per thread (tuning knobs;
     None takes the defaults above).
     """
-    if dtype not in _ELEMENT_BYTES:
+    if dtype not in DTYPES:
         raise ValueError(f"gather: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    elem = _ELEMENT_BYTES[dtype]
+    elem = tvm.DataType(dtype).bits // 8
     if D < 1:
         raise ValueError(f"gather: D must be >= 1, got {D}")
     if x_stride < D:

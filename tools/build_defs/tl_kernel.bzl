@@ -45,24 +45,16 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large"):
     _suite_test(name + "_test_ref", test_file, "ref", [":api", ":ref"] + common, "small")
     _suite_test(name + "_codegen_cuda", test_file, "codegen_cuda", [":cuda", "//testing:codegen"] + common, codegen_size)
     _suite_test(name + "_codegen_ascend", test_file, "codegen_ascend", [":asc", "//testing:codegen"] + common, codegen_size)
-    _suite_test(
-        name + "_test_cuda",
-        test_file,
-        "device",
-        [":api", ":ref", ":cuda"] + common,
-        device_size,
-        tags = ["gpu", "no-sandbox", "exclusive"],
-        extra_args = ["--backend=cuda"],
-    )
-    _suite_test(
-        name + "_test_ascend",
-        test_file,
-        "device",
-        [":api", ":ref", ":asc"] + common,
-        device_size,
-        tags = ["npu", "no-sandbox", "exclusive"],
-        extra_args = ["--backend=asc"],
-    )
+    for suffix, backend, library, tag in [("cuda", "cuda", ":cuda", "gpu"), ("ascend", "asc", ":asc", "npu")]:
+        _suite_test(
+            name + "_test_" + suffix,
+            test_file,
+            "device",
+            [":api", ":ref", library] + common,
+            device_size,
+            tags = [tag, "no-sandbox", "exclusive"],
+            extra_args = ["--backend=" + backend],
+        )
 
     py_library(
         name = "bench_cases",
