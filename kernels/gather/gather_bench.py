@@ -105,3 +105,22 @@ def _case(n: int, m: int, d: int, dt: str, it: str, strided: bool) -> BenchCase:
 
 def cases() -> list[BenchCase]:
     return [_case(*spec) for spec in _PREFILL + _DECODE]
+
+
+# The batch sweep (tools/sweep.py) scans 1, 2, 4, ... up to this many decode requests by default.
+SWEEP_MAX_BATCH = 1024
+
+
+def sweep_case(batch: int, model_config: Any, device: torch.device) -> BenchCase:
+    """The token-embedding lookup of one decode step with ``batch`` requests, for tools/sweep.py.
+
+    ``model_config`` gives ``vocab``, ``hidden`` and ``tokens_per_request`` (1 + MTP draft length):
+    the table is vocab x hidden bfloat16 and the index holds the step's batch x tokens_per_request
+    token ids (int64, distinct rows as in ``cases()``, so L2 never serves a repeated row).
+    ``device`` is not needed here: the case's ``make(device, k)`` builds the inputs where they run.
+    """
+    del device
+    tokens = batch * model_config.tokens_per_request
+    if tokens > model_config.vocab:
+        raise ValueError(f"gather sweep: {tokens} distinct token ids do not fit a vocab of {model_config.vocab}")
+    return _case(model_config.vocab, tokens, model_config.hidden, "bf16", "i64", False)

@@ -5,7 +5,7 @@ so each requirement resolves to an empty library of its own name here. Under bzl
 resolves the same names from `requirements_lock.txt`.
 """
 
-PACKAGES = ["absl_py", "numpy", "pytest", "pytest_xdist", "tilelang", "torch"]
+PACKAGES = ["absl_py", "matplotlib", "numpy", "pytest", "pytest_xdist", "tilelang", "torch", "tqdm"]
 
 def requirement(name):
     normalized = name.lower().replace("-", "_").replace(".", "_")
