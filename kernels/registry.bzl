@@ -5,4 +5,5 @@ Kept as a plain list literal: tilelang_ops reads it directly when it runs outsid
 
 KERNELS = [
     "gather",
+    "norm",
 ]

@@ -4,9 +4,11 @@
 #   bench      benchmarks twice (spread), refresh baselines/memory profiles, then the gate self-check
 #   all        both
 #   verify     committed baselines gate a fresh run; the profiler timer; two xdist workers on one GPU
+#   sweep      the sweep on the GPU; everything it writes comes back as $OUT/sweep.tar
+#   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
 # Results go to $OUT.
 set -uo pipefail
-mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
+mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
 export PYTHONPATH=/tmp/site:$PWD:$PWD/platform PYTHONUNBUFFERED=1 TILELANG_OPS_BACKEND=cuda
 export TILELANG_CACHE_DIR=/tmp/tl-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
@@ -34,7 +36,23 @@ run_verify() {
     python3 -m pytest kernels/gather/gather_test.py "${pytest_args[@]}" --tl-suite=device -n 2 -q \
       -k "every_dtype" 2>&1 | tail -4 | tee "$OUT/xdist_binding.log"
 }
+run_sweep() {
+    python3 tools/sweep.py --out /tmp/sweep 2>&1 | grep -v "TileLang:tilelang" | tee /tmp/sweep/sweep.log | tail -40
+    tar -C /tmp -cf "$OUT/sweep.tar" sweep
+}
+run_norm() {
+    mkdir -p /tmp/norm
+    python3 -m pytest kernels/norm/norm_test.py "${pytest_args[@]}" --tl-suite=device -n 8 -q 2>&1 \
+      | tee /tmp/norm/norm_device_tests.log | tail -15
+    python3 -m testing.benchmark --kernels norm --refresh-baselines --refresh-memory --repeat-runs 2 2>&1 \
+      | grep -v "TileLang:tilelang" | tee /tmp/norm/norm_bench.log | tail -30
+    cp -r testing/benchmark_baselines testing/gpu_mem_profiles /tmp/norm/
+    tar -C /tmp -cf "$OUT/norm.tar" norm
+}
 case "$step" in
+  sweep) run_sweep ;;
+  norm) run_norm ;;
+  final) run_norm; run_sweep ;;
   tests) run_tests ;;
   verify) run_verify ;;
   bench) run_bench ;;

@@ -1,0 +1,354 @@
+"""Huawei Ascend 950 TileLang implementation of `norm`: RMSNorm, plain and with a fused residual add.
+
+    kernel = rmsnorm_tl(D, dtype, eps, x_stride)
+    kernel(x, weight, y)                     # y = x * rsqrt(mean(x^2) + eps) * weight
+
+    kernel = add_rmsnorm_tl(D, dtype, eps, x_stride)
+    kernel(x, residual, weight, y)           # residual <- x + residual (in place); y = rmsnorm(residual)
+
+x         (t, D) of `dtype` (bfloat16, float16 or float32), row stride `x_stride` >= D elements,
+          last dimension contiguous.
+residual  (t, D) of `dtype`, contiguous; read, then overwritten with x + residual rounded to `dtype`.
+weight    (D,) of `dtype`, contiguous.
+y         (t, D) of `dtype`, contiguous.
+
+Arithmetic, as in `kernels.norm.ref`: elements are widened to fp32; the sum of squares accumulates
+in a 64-lane fp32 vector register with fused multiply-adds, then one cross-lane add; mean = sum / D
+(exact division); r = 1 / sqrt(mean + eps) (exact square root and division; the reference's
+rsqrt may differ by an ulp of fp32, which the tests' tolerance covers); y = (x * r) * w in fp32,
+rounded to nearest-even into `dtype` without saturation (an overflow gives inf, like torch). The
+residual variant forms x + residual in fp32, rounds it to `dtype`, stores it and normalises the
+rounded value. t is dynamic and every global-memory offset is 64-bit; D, dtype, eps (rounded to
+fp32) and x_stride are compiled in.
+
+Where the work runs: a pure vector (AIV) kernel, one persistent block per vector core, no Cube work
+and no SIMT region. The weight is brought into the Unified Buffer (UB) once per core. The rows are
+cut into tiles of `rows` whole rows (several short rows per tile; a row wider than the 32 KiB tile
+budget is a tile by itself - rows are never split, so D needs no chunking up to 16384: the widest
+case, a float32 row with its residual, is 2 x 64 KiB plus the 64 KiB weight). Per tile, MTE2 brings
+x (and residual) into the UB, one SIMD vector function makes two passes over each row in the UB -
+sum of squares, then scale - writing y over the x tile in place (the residual variant writes the
+sum over the residual tile in the first pass and y over the x tile in the second), and MTE3 stores
+the tile(s). x is read from global memory once. TileLang's auto-scheduler inserts the pipe flags
+and double-buffers the tiles when two versions fit the UB (`stages`), so the stores of one tile
+overlap the loads of the next.
+
+`threads`, `x_align` and `max_steps` are accepted for signature parity with the CUDA factories and
+ignored: the kernel has no SIMT threads, and the global-memory side of an Ascend DMA is
+byte-granular (only UB addresses must be 32-byte aligned, which the tiling guarantees).
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
+# the factory's arguments, and string annotations would lose them.
+import dataclasses
+import math
+import struct
+
+import tilelang
+import tilelang.ascend.language as T
+import tvm
+
+__all__ = ["DTYPES", "MAX_D", "NormConfig", "add_rmsnorm_tl", "norm_config", "norm_shipped_configs", "rmsnorm_tl"]
+
+DTYPES = ("bfloat16", "float16", "float32")
+MAX_D = 16384
+
+# One persistent block per vector core, the count TileLang's Ascend 950 vector examples launch; a
+# different count changes only the load balance, never the result.
+_VECTOR_CORES = 64
+# Rows per tile: as many whole rows as fill 32 KiB per buffer, capped so the row loop stays short.
+_TILE_BYTES = 32 * 1024
+_MAX_ROWS = 64
+# One SIMD vector register is 2048 bits: 64 fp32 lanes, the unit of both passes.
+_LANES = 64
+# UB of the Ascend 950 vector core (TileLang's auto-scheduler limit) and the share the tiles may
+# take; the remainder is headroom for anything the scheduler adds.
+_UB_BYTES = 248 * 1024
+_UB_BUDGET = _UB_BYTES - 8 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class NormConfig:
+    """The static tiling of one Ascend RMSNorm kernel."""
+
+    elem_bytes: int  # bytes per element
+    pitch: int  # UB row pitch in elements: D rounded up to a vector register (64 elements)
+    rows: int  # rows per tile
+    full_vregs: int  # whole 64-element vector registers per row
+    tail: int  # elements in the final, partial register of a row (0: none)
+    buffers: int  # row tiles per stage: 1 (x; y overwrites it) or 2 (x and residual)
+    stages: int  # UB versions of a tile the scheduler rotates
+    cores: int  # persistent blocks, one per vector core
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.pitch * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.buffers * self.rows * self.pitch * self.elem_bytes
+
+    @property
+    def ub_bytes(self) -> int:
+        """UB the tiling allocates: every stage of every tile, plus the weight."""
+        return self.stages * self.stage_bytes + self.weight_bytes
+
+
+def _round_up(v: int, to: int) -> int:
+    return -(-v // to) * to
+
+
+def fp32_eps(eps: float) -> float:
+    """eps rounded to fp32 (what the kernel adds); ValueError unless it is finite and > 0 there."""
+    try:
+        value = struct.unpack("<f", struct.pack("<f", float(eps)))[0]
+    except OverflowError:
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"norm: eps must be positive and finite in float32, got {eps!r}")
+    return value
+
+
+def norm_config(
+    D: int,
+    dtype: str,
+    x_stride: int,
+    x_align: int = 16,
+    threads: int | None = None,
+    max_steps: int | None = None,
+    residual: bool = False,
+) -> NormConfig:
+    """Derive the tiling from the static arguments (`residual`: the fused variant's, two tiles per
+    stage); `x_align`, `threads` and `max_steps` do not affect it.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"norm: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not 1 <= D <= MAX_D:
+        raise ValueError(f"norm: D must be in [1, {MAX_D}], got {D}")
+    if x_stride < D:
+        raise ValueError(f"norm: x_stride {x_stride} is smaller than D {D}")
+    elem = tvm.DataType(dtype).bits // 8
+    # Every vector access of a row (64 elements) stays inside the row's UB pitch, and every UB
+    # row starts 32-byte aligned (64 elements are 128 or 256 bytes).
+    pitch = _round_up(D, _LANES)
+    rows = max(1, min(_MAX_ROWS, _TILE_BYTES // (pitch * elem)))
+    buffers = 2 if residual else 1
+    stage = buffers * rows * pitch * elem
+    stages = 2 if 2 * stage + pitch * elem <= _UB_BUDGET else 1
+    full_vregs, tail = divmod(D, _LANES)
+    return NormConfig(
+        elem_bytes=elem,
+        pitch=pitch,
+        rows=rows,
+        full_vregs=full_vregs,
+        tail=tail,
+        buffers=buffers,
+        stages=stages,
+        cores=_VECTOR_CORES,
+    )
+
+
+def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
+    """(D, dtype, x_stride, x_align) tuples covering every path of norm_config.
+
+    Together they cover: every dtype; strided x; tiles of 64 rows (the cap), of a few rows and of
+    one row; rows that are whole registers and rows with a partial last register (tail only, and
+    registers + tail); double-buffered and single-buffered tiles (the float32 16384 residual case,
+    the largest footprint); the models' widths.
+    """
+    return [
+        (16384, "float32", 16384, 16),  # one 64 KiB row; residual variant single-buffered
+        (12289, "float32", 12352, 16),  # strided, 192 registers + a 1-element tail, one row
+        (16384, "bfloat16", 16384, 16),  # one 32 KiB row per tile, double-buffered
+        (7168, "bfloat16", 7168, 16),  # hidden size: 2 rows of 112 registers
+        (7168, "float32", 7168, 16),  # one row of 112 registers
+        (4096, "float16", 7168, 16),  # strided, 4 rows
+        (2880, "bfloat16", 2880, 16),  # 5 rows of 45 registers
+        (576, "bfloat16", 577, 16),  # strided MLA width, 28 rows of 9 registers
+        (100, "float16", 100, 16),  # 64 rows (the cap) of 1 register + a 36-element tail
+        (7, "float32", 9, 16),  # strided, a tail-only row, 64 rows
+    ]
+
+
+def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
+    """SIMD pieces shared by every variant, specialised to one tiling."""
+    wide = dtype != "float32"
+    load_dist = "UNPK_B16" if wide else "NORM"  # 16-bit elements land in the low half of 32-bit lanes
+    store_dist = "PK_B32" if wide else "NORM_B32"  # and are packed back on the way out
+    eps32 = fp32_eps(eps)
+    full, tail = cfg.full_vregs, cfg.tail
+
+    def widen(vec):
+        return T.simd.vcvt(vec, "float32") if wide else vec
+
+    def narrow(vec):
+        # Round to nearest-even without saturation: an overflow becomes inf, as in torch.
+        return T.simd.vcvt(vec, dtype, sat=False) if wide else vec
+
+    @T.macro
+    def load_f32(buf, r, j, out):
+        out[0] = widen(T.simd.vld(buf[r, j * _LANES], dist=load_dist))
+
+    @T.macro
+    def store_f32(buf, r, j, value):
+        T.simd.vsts(buf[r, j * _LANES], narrow(value), dist=store_dist)
+
+    @T.macro
+    def accumulate(acc, value, partial):
+        """acc += value^2; in a row's partial last register the lanes past D (UB padding, any bits)
+        are zeroed first."""
+        if partial:
+            clean = T.simd.vsel(value, T.simd.vdup(T.float32(0), "float32"), T.simd.update_mask(tail, 32))
+            T.simd.vmula(acc[0], clean, clean)
+        else:
+            T.simd.vmula(acc[0], value, value)
+
+    @T.macro
+    def inv_rms(acc, inv):
+        """inv (every lane) = 1 / sqrt(sum of acc's lanes / D + eps)."""
+        total = T.simd.vcadd(acc[0])  # lane 0
+        mean = T.simd.vdiv(total, T.simd.vdup(T.float32(D), "float32"))
+        root = T.simd.vsqrt(T.simd.vadds(mean, T.float32(eps32)), precision="ftz_false")
+        inv[0] = T.simd.vdupv(T.simd.vdiv(T.simd.vdup(T.float32(1), "float32"), root))
+
+    @T.macro
+    def scale_row(src, dst, w_ub, r, inv, val, wv):
+        """dst[r] = (src[r] * inv) * w for every register of the row (dst may be src)."""
+        for j in T.serial(full + (1 if tail else 0)):
+            load_f32(src, r, j, val)
+            wv[0] = widen(T.simd.vld(w_ub[0, j * _LANES], dist=load_dist))
+            store_f32(dst, r, j, T.simd.vmul(T.simd.vmul(val[0], inv[0]), wv[0]))
+
+    return load_f32, store_f32, accumulate, inv_rms, scale_row
+
+
+@tilelang.jit(target="ascend")
+def rmsnorm_tl(
+    D: int,
+    dtype: str,
+    eps: float,
+    x_stride: int,
+    *,
+    threads: int | None = None,
+    x_align: int = 16,
+    max_steps: int | None = None,
+):
+    """Ascend RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set).
+
+    `threads`, `x_align` and `max_steps` are ignored (see the module docstring).
+    `rmsnorm_tl.get_tir(...)` returns the program without compiling it.
+    """
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
+    load_f32, _, accumulate, inv_rms, scale_row = _kernel_macros(cfg, D, dtype, eps)
+    t = T.dynamic("t")
+    rows, full, tail = cfg.rows, cfg.full_vregs, cfg.tail
+
+    @T.prim_func
+    def rmsnorm(
+        x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+        weight: T.Tensor((D,), dtype),
+        y: T.Tensor((t, D), dtype),
+    ):
+        with T.Kernel(cfg.cores) as core:
+            w_ub = T.alloc_shared((1, cfg.pitch), dtype)
+            tile = T.alloc_shared((rows, cfg.pitch), dtype)
+            T.copy(weight[0:D], w_ub[0, :D])
+            # t < 2**31, so the tile count stays int32.
+            for k in T.Persistent([T.ceildiv(t, rows)], cfg.cores, core, group_size=1, num_stages=cfg.stages):
+                # 64-bit row ids make every GM offset below 64-bit.
+                row0 = T.cast(k, "int64") * rows
+                valid = T.min(rows, T.cast(t, "int64") - row0)
+                T.copy(x[row0 : row0 + valid, :], tile[:valid, :D])
+                with T.SimdVF():
+                    acc = T.simd.alloc_local((1,), "float32")
+                    inv = T.simd.alloc_local((1,), "float32")
+                    val = T.simd.alloc_local((1,), "float32")
+                    wv = T.simd.alloc_local((1,), "float32")
+                    for r in T.serial(valid):
+                        acc[0] = T.simd.vdup(T.float32(0), "float32")
+                        for j in T.serial(full):
+                            load_f32(tile, r, j, val)
+                            accumulate(acc, val[0], False)
+                        if tail:
+                            load_f32(tile, r, full, val)
+                            accumulate(acc, val[0], True)
+                        inv_rms(acc, inv)
+                        scale_row(tile, tile, w_ub, r, inv, val, wv)
+                T.copy(tile[:valid, :D], y[row0 : row0 + valid, :])
+
+    return rmsnorm
+
+
+@tilelang.jit(target="ascend")
+def add_rmsnorm_tl(
+    D: int,
+    dtype: str,
+    eps: float,
+    x_stride: int,
+    *,
+    threads: int | None = None,
+    x_align: int = 16,
+    max_steps: int | None = None,
+):
+    """Ascend fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual).
+
+    `threads`, `x_align` and `max_steps` are ignored (see the module docstring).
+    """
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
+    load_f32, store_f32, accumulate, inv_rms, scale_row = _kernel_macros(cfg, D, dtype, eps)
+    t = T.dynamic("t")
+    rows, full, tail = cfg.rows, cfg.full_vregs, cfg.tail
+    wide = dtype != "float32"
+
+    @T.macro
+    def add_step(x_tile, r_tile, r, j, acc, val, rv, partial):
+        """Register j of row r: s = x + residual rounded to dtype, stored over the residual tile;
+        acc += s^2 (the norm uses the rounded s)."""
+        load_f32(x_tile, r, j, val)
+        load_f32(r_tile, r, j, rv)
+        if wide:
+            s = T.simd.vcvt(T.simd.vadd(val[0], rv[0]), dtype, sat=False)
+            T.simd.vsts(r_tile[r, j * _LANES], s, dist="PK_B32")
+            val[0] = T.simd.vcvt(s, "float32")
+        else:
+            val[0] = T.simd.vadd(val[0], rv[0])
+            T.simd.vsts(r_tile[r, j * _LANES], val[0], dist="NORM_B32")
+        accumulate(acc, val[0], partial)
+
+    @T.prim_func
+    def add_rmsnorm(
+        x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+        residual: T.Tensor((t, D), dtype),
+        weight: T.Tensor((D,), dtype),
+        y: T.Tensor((t, D), dtype),
+    ):
+        with T.Kernel(cfg.cores) as core:
+            w_ub = T.alloc_shared((1, cfg.pitch), dtype)
+            x_tile = T.alloc_shared((rows, cfg.pitch), dtype)
+            r_tile = T.alloc_shared((rows, cfg.pitch), dtype)
+            T.copy(weight[0:D], w_ub[0, :D])
+            for k in T.Persistent([T.ceildiv(t, rows)], cfg.cores, core, group_size=1, num_stages=cfg.stages):
+                row0 = T.cast(k, "int64") * rows
+                valid = T.min(rows, T.cast(t, "int64") - row0)
+                T.copy(x[row0 : row0 + valid, :], x_tile[:valid, :D])
+                T.copy(residual[row0 : row0 + valid, :], r_tile[:valid, :D])
+                with T.SimdVF():
+                    acc = T.simd.alloc_local((1,), "float32")
+                    inv = T.simd.alloc_local((1,), "float32")
+                    val = T.simd.alloc_local((1,), "float32")
+                    rv = T.simd.alloc_local((1,), "float32")
+                    wv = T.simd.alloc_local((1,), "float32")
+                    for r in T.serial(valid):
+                        acc[0] = T.simd.vdup(T.float32(0), "float32")
+                        for j in T.serial(full):
+                            add_step(x_tile, r_tile, r, j, acc, val, rv, False)
+                        if tail:
+                            add_step(x_tile, r_tile, r, full, acc, val, rv, True)
+                        inv_rms(acc, inv)
+                        # The second pass reads back the sums the first one stored.
+                        T.simd.mem_bar("VST_VLD")
+                        scale_row(r_tile, x_tile, w_ub, r, inv, val, wv)
+                T.copy(r_tile[:valid, :D], residual[row0 : row0 + valid, :])
+                T.copy(x_tile[:valid, :D], y[row0 : row0 + valid, :])
+
+    return add_rmsnorm

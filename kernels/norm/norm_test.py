@@ -1,0 +1,612 @@
+"""Tests of `norm`: reference vs an fp64 oracle, interface validation, codegen, and the device kernels.
+
+Suites (markers, selected by `--tl-suite`; see testing/plugin.py): ref, codegen_cuda, codegen_ascend,
+device. Inputs are drawn fresh per test from the plugin's per-test seed; outputs are poisoned first.
+
+Tolerances (y; the residual sum is always bit-exact):
+  * reference vs the fp64 oracle (a numpy float64 loop, correctly rounded to the dtype at the end):
+    bf16/fp16 within 1 ULP - the reference's fp32 error (a few fp32 ulps) is far below half an
+    ulp of bf16/fp16, so it can only flip a rounding; fp32 within FP32_ORACLE_ULP.
+  * kernel vs reference on the device: both compute in fp32 in the same order except the sum of
+    squares, so bf16/fp16 within 1 ULP, fp32 within FP32_KERNEL_ULP (two summation orders of up to
+    16384 squares; a CPU simulation of the kernel's order against torch's gives at most 6).
+  * NaN must appear exactly where the reference has NaN (and nowhere else).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.norm import api, ref
+from testing.numeric import as_bits, assert_bitwise_equal, poisoned, ulp_distance
+
+DTYPES = list(api.DTYPES)
+FP32_ORACLE_ULP = 8
+FP32_KERNEL_ULP = 16
+
+
+def _ulp_bound(dtype: torch.dtype, fp32_bound: int) -> int:
+    return fp32_bound if dtype == torch.float32 else 1
+
+
+def random_rows(t: int, d: int, dtype: torch.dtype, device="cpu", row_stride: int | None = None, col_offset=0, spread=True):
+    """(t, d) normal rows with a random per-row scale (10^-2..10^2); with row_stride/col_offset a
+    view into a wider tensor."""
+    width = (row_stride or d) + col_offset
+    base = torch.randn((t, width), device=device)
+    if spread:
+        base = base * torch.pow(10.0, torch.empty((t, 1), device=device).uniform_(-2, 2))
+    return base.to(dtype)[:, col_offset : col_offset + d]
+
+
+def random_weight(d: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    return (1.0 + 0.5 * torch.randn(d, device=device)).to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The independent oracle: float64, a Python loop over rows, correct rounding into the dtype.
+
+# (significand bits incl. the implicit one, smallest normal exponent, largest finite value)
+_FORMATS = {
+    torch.bfloat16: (8, -126, float(torch.finfo(torch.bfloat16).max)),
+    torch.float16: (11, -14, float(torch.finfo(torch.float16).max)),
+    torch.float32: (24, -126, float(torch.finfo(torch.float32).max)),
+}
+
+
+def round_f64(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """float64 values rounded once, to nearest-even, into dtype (no float32 detour: no double rounding)."""
+    bits, emin, fmax = _FORMATS[dtype]
+    v = np.asarray(values, dtype=np.float64)
+    out = v.copy()
+    finite = np.isfinite(v) & (v != 0)
+    _, e = np.frexp(v[finite])  # v = m * 2^e with 0.5 <= |m| < 1
+    quantum = np.ldexp(1.0, np.maximum(e - 1, emin) - (bits - 1))  # ulp at v (subnormals: fixed)
+    rounded = np.rint(v[finite] / quantum) * quantum  # exact scaling; rint is ties-to-even
+    # Past the largest finite value by half an ulp or more rounds to infinity.
+    top_quantum = math.ldexp(1.0, math.frexp(fmax)[1] - bits)
+    rounded = np.where(np.abs(rounded) > fmax, np.copysign(np.inf, rounded), rounded)
+    rounded = np.where(np.abs(v[finite]) >= fmax + top_quantum / 2, np.copysign(np.inf, v[finite]), rounded)
+    out[finite] = rounded
+    return torch.from_numpy(out).to(dtype)  # every value is representable: the cast is exact
+
+
+def fp64_oracle(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """y = x / sqrt(mean(x^2) + eps) * w in float64, row by row, rounded once into x's dtype."""
+    xs = x.double().numpy()
+    w = weight.double().numpy()
+    eps32 = float(np.float32(eps))
+    y = np.empty_like(xs)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(xs.shape[0]):
+            row = xs[i]
+            ms = sum(float(v) * float(v) for v in row) / row.shape[0]
+            # IEEE all the way: a NaN row stays NaN, an Inf row gives r = 0 (NaN where x is Inf).
+            y[i] = row * (1.0 / math.sqrt(ms + eps32)) * w
+    return round_f64(y, x.dtype)
+
+
+def assert_norm_close(actual: torch.Tensor, expected: torch.Tensor, max_ulp: int, what: str = "y") -> None:
+    """NaN exactly where expected has NaN; every other element within max_ulp (inf must match exactly)."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    a, e = actual.cpu(), expected.cpu()
+    nan_a, nan_e = torch.isnan(a.float()), torch.isnan(e.float())
+    if not torch.equal(nan_a, nan_e):
+        idx = (nan_a != nan_e).nonzero()[0].tolist()
+        raise AssertionError(f"{what}: NaN mismatch at {idx}: got {a[tuple(idx)]!r}, expected {e[tuple(idx)]!r}")
+    keep = ~nan_e
+    dist = ulp_distance(a[keep], e[keep])
+    if dist.numel() and int(dist.max()) > max_ulp:
+        flat = torch.where(keep.flatten())[0][int(dist.argmax())]
+        pos = np.unravel_index(int(flat), tuple(a.shape))
+        raise AssertionError(
+            f"{what}: max ULP distance {int(dist.max())} > {max_ulp} at {pos}: got {a[pos]!r}, expected {e[pos]!r}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reference suite.
+
+REF_SHAPES = [(1, 1), (3, 7), (5, 128), (4, 576), (3, 1536), (2, 2880), (2, 7168), (1, 16384)]
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("t,d", REF_SHAPES)
+@pytest.mark.parametrize("eps", [1e-6, 1e-5, 0.25])
+def test_ref_matches_fp64_oracle(dtype, t, d, eps):
+    x = random_rows(t, d, dtype, row_stride=d + 5, col_offset=1)
+    w = random_weight(d, dtype)
+    y = ref.rms_norm_ref(x, w, eps)
+    assert y.shape == (t, d) and y.dtype == dtype and y.is_contiguous()
+    assert_norm_close(y, fp64_oracle(x, w, eps), _ulp_bound(dtype, FP32_ORACLE_ULP))
+
+
+def _special_rows(d: int, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, int]]:
+    """Rows of edge cases (and normal rows between them); returns x and {name: row index}."""
+    big = {torch.float16: 8e3, torch.bfloat16: 1e15, torch.float32: 1e15}[dtype]  # sum of squares < fp32 max
+    tiny = {torch.float16: 1e-7, torch.bfloat16: 1e-39, torch.float32: 1e-39}[dtype]  # subnormal in dtype / fp32
+    rows = {
+        "zeros": torch.zeros(d),
+        "huge": torch.randn(d) * big,
+        "tiny": torch.randn(d) * tiny,
+        "one_nonzero": torch.zeros(d).index_fill_(0, torch.tensor([d // 2]), -3.0),
+        "nan": torch.randn(d).index_fill_(0, torch.tensor([d - 1]), float("nan")),
+        "pos_inf": torch.randn(d).index_fill_(0, torch.tensor([0]), float("inf")),
+        "neg_inf": torch.randn(d).index_fill_(0, torch.tensor([d // 3]), float("-inf")),
+        "inf_and_nan": torch.randn(d).index_fill_(0, torch.tensor([0]), math.inf).index_fill_(0, torch.tensor([d - 1]), math.nan),
+    }
+    names, out = {}, []
+    for name, row in rows.items():
+        out.append(torch.randn(d))
+        names[name] = len(out)
+        out.append(row)
+    out.append(torch.randn(d))
+    return torch.stack(out).to(dtype), names
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("d", [7, 576, 4096])
+def test_ref_special_rows(dtype, d):
+    x, rows = _special_rows(d, dtype)
+    w = random_weight(d, dtype)
+    y = ref.rms_norm_ref(x, w, 1e-6)
+    # The oracle agrees everywhere, NaN/Inf rows included (IEEE arithmetic in both).
+    assert_norm_close(y, fp64_oracle(x, w, 1e-6), _ulp_bound(dtype, FP32_ORACLE_ULP))
+    yf = y.float()
+    assert torch.equal(yf[rows["zeros"]], torch.zeros(d)), "an all-zero row must give zeros (eps > 0)"
+    assert torch.isfinite(yf[rows["huge"]]).all() and torch.isfinite(yf[rows["tiny"]]).all()
+    assert torch.isnan(yf[rows["nan"]]).all(), "a NaN row is NaN throughout"
+    assert torch.isnan(yf[rows["inf_and_nan"]]).all()
+    for name in ("pos_inf", "neg_inf"):
+        inf = torch.isinf(x[rows[name]].float())
+        assert torch.isnan(yf[rows[name]][inf]).all() and torch.equal(yf[rows[name]][~inf], torch.zeros(d - 1)), name
+    bad = {rows[k] for k in ("nan", "inf_and_nan", "pos_inf", "neg_inf")}
+    finite_rows = [i for i in range(x.shape[0]) if i not in bad]
+    assert torch.isfinite(yf[finite_rows]).all(), "non-finite values leaked into other rows"
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_ref_sum_of_squares_overflow_is_documented(dtype):
+    # |x| ~ 1e20: x^2 overflows fp32, so the row behaves like an Inf row: y = +-0 (ref.py says so).
+    x = torch.full((2, 64), 1e20).to(dtype)
+    x[1] = 1.0
+    y = ref.rms_norm_ref(x, random_weight(64, dtype), 1e-6).float()
+    assert torch.equal(y[0].abs(), torch.zeros(64)) and torch.isfinite(y[1]).all()
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("t,d", [(1, 1), (9, 576), (3, 7168), (2, 16384)])
+def test_ref_residual_sum_is_exactly_rounded(dtype, t, d):
+    x = random_rows(t, d, dtype, row_stride=d + 3)
+    residual = random_rows(t, d, dtype)
+    w = random_weight(d, dtype)
+    s, y = ref.add_rms_norm_ref(x, residual, w, 1e-6)
+    # x + residual rounded once from the exact (float64) sum: bit for bit.
+    assert_bitwise_equal(s, round_f64(x.double().numpy() + residual.double().numpy(), dtype), what="residual sum")
+    # y is the norm of the rounded sum.
+    assert_norm_close(y, fp64_oracle(s, w, 1e-6), _ulp_bound(dtype, FP32_ORACLE_ULP))
+
+
+@pytest.mark.ref
+def test_round_f64_matches_torch_where_torch_is_exact():
+    # fp64 -> fp32 in numpy is correctly rounded; the oracle's rounding must agree with it, and with
+    # torch's float32 -> bf16/fp16 casts (correct) on fp32 inputs, including subnormals and overflow.
+    rng = np.random.default_rng(1)
+    v = np.concatenate(
+        [
+            rng.standard_normal(4096) * 10.0 ** rng.integers(-45, 39, 4096).astype(np.float64),
+            [0.0, -0.0, 65504.0, 65519.0, 65520.0, 3.3895e38, 3.4e38, 1e-45, 6e-8, 3e-8, np.inf, -np.inf],
+        ]
+    )
+    with np.errstate(over="ignore"):
+        v32 = v.astype(np.float32)
+    assert_bitwise_equal(round_f64(v, torch.float32), torch.from_numpy(v32), what="float32")
+    for dtype in (torch.bfloat16, torch.float16):
+        assert_bitwise_equal(round_f64(v32.astype(np.float64), dtype), torch.from_numpy(v32).to(dtype), what=str(dtype))
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cpu_interface_writes_every_element_of_out(dtype):
+    x = random_rows(40, 24, dtype, row_stride=31, col_offset=2)
+    w = random_weight(24, dtype)
+    out = poisoned((40, 24), dtype, "cpu")
+    assert api.rms_norm(x, w, eps=1e-5, out=out) is out
+    assert_bitwise_equal(out, ref.rms_norm_ref(x, w, 1e-5))
+    y = api.rms_norm(x, w)
+    assert y.shape == (40, 24) and y.is_contiguous()
+    assert_bitwise_equal(y, ref.rms_norm_ref(x, w, 1e-6))
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cpu_interface_updates_residual_in_place(dtype):
+    x = random_rows(33, 576, dtype, row_stride=600)
+    residual = random_rows(33, 576, dtype).contiguous()
+    w = random_weight(576, dtype)
+    s, y_ref = ref.add_rms_norm_ref(x, residual, w, 1e-6)
+    out = poisoned((33, 576), dtype, "cpu")
+    ptr = residual.data_ptr()
+    assert api.add_rms_norm(x, residual, w, out=out) is out
+    assert residual.data_ptr() == ptr
+    assert_bitwise_equal(residual, s, what="residual")
+    assert_bitwise_equal(out, y_ref)
+
+
+@pytest.mark.ref
+def test_cpu_single_row_with_any_stride():
+    x = random_rows(1, 64, torch.bfloat16, row_stride=100)
+    x = x.as_strided((1, 64), (7, 1))  # a single row's stride is irrelevant
+    w = random_weight(64, torch.bfloat16)
+    assert_bitwise_equal(api.rms_norm(x, w), ref.rms_norm_ref(x, w))
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("t,d", [(0, 64), (0, 0), (5, 0)])
+def test_empty_input_calls_nothing(monkeypatch, t, d):
+    def fail(*_, **__):
+        raise AssertionError("an empty input must not reach the reference or a kernel")
+
+    monkeypatch.setattr(ref, "rms_norm_ref", fail)
+    monkeypatch.setattr(ref, "add_rms_norm_ref", fail)
+    x = torch.randn(t, d).to(torch.bfloat16)
+    w = torch.randn(d).to(torch.bfloat16)
+    residual = torch.randn(t, d).to(torch.bfloat16)
+    before = residual.clone()
+    y = api.rms_norm(x, w)
+    assert y.shape == (t, d) and y.dtype == torch.bfloat16
+    y = api.add_rms_norm(x, residual, w)
+    assert y.shape == (t, d) and torch.equal(residual, before)
+
+
+def _bad_inputs():
+    bf = torch.bfloat16
+    x = random_rows(6, 8, bf)
+    w = random_weight(8, bf)
+    wide = random_rows(6, 16, bf)
+    big = torch.zeros(2, 16385, dtype=bf)
+    res = lambda: random_rows(6, 8, bf).contiguous()  # noqa: E731
+    out = lambda *shape, dtype=bf: poisoned(shape or (6, 8), dtype, "cpu")  # noqa: E731
+    shared = torch.zeros(6, 8, dtype=bf)
+    common = [
+        ("x-not-tensor", dict(x=x.tolist(), weight=w), TypeError, "x must be a torch.Tensor"),
+        ("x-float64", dict(x=x.double(), weight=w.double()), TypeError, "x has dtype torch.float64"),
+        ("x-int32", dict(x=x.int(), weight=w), TypeError, "x has dtype torch.int32"),
+        ("x-1d", dict(x=x[0], weight=w), ValueError, "x must be 2-D"),
+        ("x-3d", dict(x=x[None], weight=w), ValueError, "x must be 2-D"),
+        ("x-too-wide", dict(x=big, weight=torch.zeros(16385, dtype=bf)), ValueError, "x has width D = 16385"),
+        ("x-last-dim-strided", dict(x=wide[:, ::2], weight=w), ValueError, "last dimension must be contiguous"),
+        ("x-overlapping-rows", dict(x=wide.as_strided((6, 8), (4, 1)), weight=w), ValueError, "row stride 4"),
+        ("weight-not-tensor", dict(x=x, weight=w.tolist()), TypeError, "weight must be a torch.Tensor"),
+        ("weight-fp32", dict(x=x, weight=w.float()), TypeError, "weight has dtype torch.float32"),
+        ("weight-wrong-length", dict(x=x, weight=random_weight(9, bf)), ValueError, "weight must have shape (8,)"),
+        ("weight-2d", dict(x=x, weight=w[None]), ValueError, "weight must have shape (8,)"),
+        ("weight-strided", dict(x=x, weight=random_weight(16, bf)[::2]), ValueError, "weight must be contiguous"),
+        ("weight-other-device", dict(x=x, weight=w.to("meta")), ValueError, "weight is on meta"),
+        ("eps-string", dict(x=x, weight=w, eps="1e-6"), TypeError, "eps must be a real number"),
+        ("eps-bool", dict(x=x, weight=w, eps=True), TypeError, "eps must be a real number"),
+        ("eps-tensor", dict(x=x, weight=w, eps=torch.tensor(1e-6)), TypeError, "eps must be a real number"),
+        ("eps-zero", dict(x=x, weight=w, eps=0.0), ValueError, "eps must be positive"),
+        ("eps-negative", dict(x=x, weight=w, eps=-1e-6), ValueError, "eps must be positive"),
+        ("eps-nan", dict(x=x, weight=w, eps=float("nan")), ValueError, "eps must be positive"),
+        ("eps-inf", dict(x=x, weight=w, eps=float("inf")), ValueError, "eps must be positive"),
+        ("eps-fp32-underflow", dict(x=x, weight=w, eps=1e-50), ValueError, "eps must be positive"),
+        ("eps-fp32-overflow", dict(x=x, weight=w, eps=1e39), ValueError, "eps must be positive"),
+        ("out-not-tensor", dict(x=x, weight=w, out=[0.0]), TypeError, "out must be a torch.Tensor"),
+        ("out-wrong-shape", dict(x=x, weight=w, out=out(6, 9)), ValueError, "out must be (6, 8)"),
+        ("out-wrong-dtype", dict(x=x, weight=w, out=out(6, 8, dtype=torch.float16)), ValueError, "out must be (6, 8)"),
+        ("out-strided", dict(x=x, weight=w, out=poisoned((6, 16), bf, "cpu")[:, ::2]), ValueError, "out must be contiguous"),
+        ("out-is-x", dict(x=shared, weight=w, out=shared), ValueError, "out overlaps x"),
+        ("out-overlaps-weight", dict(x=x, weight=shared[0], out=shared), ValueError, "out overlaps weight"),
+        ("x-on-meta", dict(x=x.to("meta"), weight=w.to("meta")), ValueError, "tensors on meta are not supported"),
+    ]
+    plain = [(f"rms_norm-{n}", api.rms_norm, kw, e, m) for n, kw, e, m in common]
+    # The fused function gets the same cases with a valid residual (on x's device, so the error is
+    # still the one the case names), plus the residual's own.
+    fused = []
+    for n, kw, e, m in common:
+        device = kw["x"].device if isinstance(kw["x"], torch.Tensor) else "cpu"
+        fused.append((f"add_rms_norm-{n}", api.add_rms_norm, {**kw, "residual": res().to(device)}, e, m))
+    x_ = random_rows(6, 8, bf)
+    for n, r, e, m, extra in [
+        ("residual-not-tensor", 0.0, TypeError, "residual must be a torch.Tensor", {}),
+        ("residual-fp16", res().half(), TypeError, "residual has dtype torch.float16", {}),
+        ("residual-wrong-shape", random_rows(5, 8, bf), ValueError, "residual must have shape (6, 8)", {}),
+        ("residual-strided", random_rows(6, 8, bf, row_stride=9), ValueError, "residual must be contiguous", {}),
+        ("residual-other-device", res().to("meta"), ValueError, "residual is on meta", {}),
+        ("residual-is-x", shared, ValueError, "residual overlaps x", {"x": shared}),
+        ("out-is-residual", shared, ValueError, "out overlaps residual", {"out": shared}),
+    ]:
+        fused.append((f"add_rms_norm-{n}", api.add_rms_norm, {"x": x_, "residual": r, "weight": w, **extra}, e, m))
+    return plain + fused
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
+def test_bad_input_raises_and_writes_nothing(case):
+    _, fn, kwargs, error, message = case
+    written = [kwargs.get(k) for k in ("out", "residual")]
+    before = [as_bits(t).clone() if isinstance(t, torch.Tensor) and t.device.type == "cpu" else None for t in written]
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        fn(**kwargs)
+    for t, b in zip(written, before):
+        if b is not None:
+            assert torch.equal(as_bits(t), b), "a rejected call wrote into one of its outputs"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Codegen (CPU): every configuration the dispatcher can pick lowers, compiles and fits on chip.
+
+# The alignments the interface can pass (it folds every operand's base pointer into x_align).
+_ALIGNS = (1, 2, 4, 8, 16)
+_ELEM_DTYPE = {2: "bfloat16", 4: "float32"}
+FACTORIES = ("rmsnorm_tl", "add_rmsnorm_tl")
+
+
+def _worst_case_steps(backend_module, configs, residual: bool) -> dict[tuple[int, int], int]:
+    """{(element bytes, vector bytes): most vectors per thread} over the given factory arguments."""
+    worst: dict[tuple[int, int], int] = {}
+    for d, dtype, stride, align in configs:
+        cfg = backend_module.norm_config(d, dtype, stride, align, residual=residual)
+        key = (4 if dtype == "float32" else 2, cfg.vector_bytes)
+        worst[key] = max(worst.get(key, 0), cfg.steps)
+    return worst
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_cuda_shipped_configs_cover_every_reachable_width(residual):
+    # Register pressure grows with the vectors a thread holds: for every (element size, vector
+    # width) class that any D in 1..16384 and any alignment reach, the shipped set must hold that
+    # class's worst case (which the spill test then compiles).
+    from kernels.norm import cuda
+
+    reachable = [(d, _ELEM_DTYPE[e], d, a) for e in (2, 4) for a in _ALIGNS if a >= e for d in range(1, cuda.MAX_D + 1)]
+    shipped = cuda.norm_shipped_configs()
+    assert _worst_case_steps(cuda, shipped, residual) == _worst_case_steps(cuda, reachable, residual)
+    assert {c[1] for c in shipped} == set(api.DTYPES.values())
+    # Every reachable configuration holds at most 32 registers' worth of row data per thread, in
+    # one block of at most 1024 threads.
+    inputs = 2 if residual else 1
+    for d, dtype, stride, align in reachable:
+        cfg = cuda.norm_config(d, dtype, stride, align, residual=residual)
+        words = cfg.steps * max(cfg.vector_elems, cfg.vector_bytes * inputs // 4)
+        assert cfg.threads <= 1024 and words <= 32, (d, dtype, align, cfg)
+
+
+def _cuda_configs():
+    from kernels.norm import cuda
+
+    return cuda.norm_shipped_configs()
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("config", _cuda_configs(), ids=lambda c: "-".join(map(str, c)))
+def test_cuda_config_compiles_without_spills(arch, factory, config):
+    from kernels.norm import cuda
+    from testing import codegen_cuda
+
+    d, dtype, stride, align = config
+    fn = getattr(cuda, factory)
+    lowered = codegen_cuda.lower_cuda(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch)
+    # 64-bit offsets: the row is widened before it meets the stride.
+    assert "int64_t" in lowered.source
+    assert "rsqrtf" in lowered.source
+    # check_cuda_resources asserts 0 spill bytes, no stack frame and shared memory within the limit.
+    report = codegen_cuda.check_cuda_resources(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch)
+    assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("eps", [1e-6, 1.1920929e-07, 0.1])
+def test_cuda_eps_is_compiled_exactly(eps):
+    # The factory rounds eps to fp32 once; the constant the kernel adds must be exactly that value.
+    import re
+
+    from kernels.norm import cuda
+    from testing import codegen_cuda
+
+    source = codegen_cuda.cuda_source(cuda.rmsnorm_tl, 576, "bfloat16", eps, 576)
+    literal = re.search(r"rsqrtf\(\(\(.*\) \+ (-?0x[0-9a-fA-F.]+p[-+]?\d+)f", source)
+    assert literal, "no eps constant next to rsqrtf"
+    assert float.fromhex(literal.group(1)) == float(np.float32(eps))
+    with pytest.raises(ValueError, match="eps must be positive"):
+        cuda.rmsnorm_tl.get_tir(576, "bfloat16", 0.0, 576)
+
+
+def _asc_configs():
+    from kernels.norm import asc
+
+    return asc.norm_shipped_configs()
+
+
+@pytest.mark.codegen_ascend
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("config", _asc_configs(), ids=lambda c: "-".join(map(str, c)))
+def test_ascend_config_lowers_and_fits_ub(factory, config):
+    from kernels.norm import asc
+    from testing import codegen_ascend
+
+    d, dtype, stride, align = config
+    fn = getattr(asc, factory)
+    source = codegen_ascend.ascend_source(fn, d, dtype, 1e-6, stride, x_align=align)
+    assert "__global__" in source or "__aicore__" in source
+    codegen_ascend.assert_ub_fits(fn, d, dtype, 1e-6, stride, x_align=align)
+    # The tiling's own account of its UB bounds what the lowered kernel allocates.
+    cfg = asc.norm_config(d, dtype, stride, residual=factory == "add_rmsnorm_tl")
+    assert codegen_ascend.ub_footprint_bytes(fn, d, dtype, 1e-6, stride, x_align=align) <= cfg.ub_bytes
+
+
+@pytest.mark.codegen_ascend
+def test_ascend_tiles_fit_for_every_width():
+    # The tiling alone bounds the footprint; the shipped configs are checked on the lowered kernel.
+    from kernels.norm import asc
+    from testing import codegen_ascend
+
+    for dtype in asc.DTYPES:
+        for residual in (False, True):
+            for d in range(1, asc.MAX_D + 1):
+                cfg = asc.norm_config(d, dtype, d, residual=residual)
+                assert cfg.ub_bytes <= codegen_ascend.UB_CAPACITY_BYTES, (d, dtype, residual, cfg)
+
+
+@pytest.mark.codegen_ascend
+def test_ascend_shipped_configs_cover_the_tiling():
+    from kernels.norm import asc
+
+    configs = asc.norm_shipped_configs()
+    plain = [asc.norm_config(d, dt, s, residual=False) for d, dt, s, _ in configs]
+    fused = [asc.norm_config(d, dt, s, residual=True) for d, dt, s, _ in configs]
+    assert {c[1] for c in configs} == set(asc.DTYPES)
+    assert {c.stages for c in fused} == {1, 2} and {c.stages for c in plain} == {2}
+    assert {c.rows for c in plain} >= {1, 64} and any(1 < c.rows < 64 for c in plain)
+    assert any(c.tail and c.full_vregs for c in plain) and any(c.tail and not c.full_vregs for c in plain)
+    assert any(not c.tail for c in plain) and any(s > d for d, _, s, _ in configs)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Device: the backend's kernels against the reference, on the accelerator.
+
+DEVICE_D = [128, 576, 1536, 2880, 4096, 7168, 16384]
+DEVICE_T = [0, 1, 7, 65, 4096]
+
+
+def _check_device(device, dtype, t, d, *, residual: bool, row_stride=None, col_offset=0, eps=1e-6, x=None):
+    if x is None:
+        x = random_rows(t, d, dtype, device=device, row_stride=row_stride, col_offset=col_offset)
+    w = random_weight(d, dtype, device=device)
+    out = poisoned((t, d), dtype, device)
+    tol = _ulp_bound(dtype, FP32_KERNEL_ULP)
+    what = f"{'add_' if residual else ''}rms_norm {dtype} T={t} D={d}"
+    if residual:
+        res = random_rows(t, d, dtype, device=device).contiguous()
+        s_ref, y_ref = ref.add_rms_norm_ref(x, res, w, eps)
+        assert api.add_rms_norm(x, res, w, eps=eps, out=out) is out
+        assert_bitwise_equal(res, s_ref, what=f"{what} residual")
+    else:
+        y_ref = ref.rms_norm_ref(x, w, eps)
+        assert api.rms_norm(x, w, eps=eps, out=out) is out
+    assert_norm_close(out, y_ref, tol, what=what)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("d", DEVICE_D)
+@pytest.mark.parametrize("t", DEVICE_T)
+def test_device_rms_norm(device, dtype, d, t):
+    _check_device(device, dtype, t, d, residual=False)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("d", DEVICE_D)
+@pytest.mark.parametrize("t", DEVICE_T)
+def test_device_add_rms_norm(device, dtype, d, t):
+    _check_device(device, dtype, t, d, residual=True)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "d,row_stride,col_offset",
+    [(4096, 7168, 0), (7168, 7168 + 64, 0), (576, 577, 0), (2880, 3000, 3), (16384, 16385, 1), (1000, 1003, 1), (7, 9, 1)],
+)
+def test_device_strided_and_misaligned_rows(device, residual, dtype, d, row_stride, col_offset):
+    # Odd strides and offsets shrink the vectors (down to one element); a view into a wider tensor.
+    _check_device(device, dtype, 300, d, residual=residual, row_stride=row_stride, col_offset=col_offset)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("d", [576, 7168])
+def test_device_special_rows(device, residual, dtype, d):
+    # Zero, huge, tiny (subnormal: no flush to zero), NaN and Inf rows next to normal ones.
+    x, _ = _special_rows(d, dtype)
+    _check_device(device, dtype, x.shape[0], d, residual=residual, x=x.to(device))
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("eps", [1e-5, 0.1, 1.1920929e-07])
+def test_device_other_eps(device, eps):
+    _check_device(device, torch.bfloat16, 65, 7168, residual=False, eps=eps)
+    _check_device(device, torch.float32, 65, 576, residual=True, eps=eps)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_device_64bit_offsets(device, residual):
+    # t * D passes 2**31 elements: rows near the end sit past any 32-bit offset.
+    d = 16384
+    t = (2**31) // d + 64
+    x = torch.randn((t, d), device=device, dtype=torch.bfloat16)
+    w = random_weight(d, torch.bfloat16, device=device)
+    out = poisoned((t, d), torch.bfloat16, device)
+    check = torch.cat([torch.arange(0, 8), torch.arange(t - 72, t)]).to(device)
+    if residual:
+        res = torch.randn((t, d), device=device, dtype=torch.bfloat16)
+        s_ref, y_ref = ref.add_rms_norm_ref(x[check], res[check], w)
+        api.add_rms_norm(x, res, w, out=out)
+        assert_bitwise_equal(res[check], s_ref, what="residual")
+    else:
+        y_ref = ref.rms_norm_ref(x[check], w)
+        api.rms_norm(x, w, out=out)
+    assert_norm_close(out[check], y_ref, 1)
+
+
+@pytest.mark.device
+def test_device_empty_batch_launches_nothing(device, monkeypatch):
+    import tilelang_ops
+
+    class NoKernels:
+        def __getattr__(self, name):
+            raise AssertionError(f"T == 0 must not build or launch {name}")
+
+    monkeypatch.setattr(tilelang_ops, "ops", NoKernels())
+    x = random_rows(0, 7168, torch.bfloat16, device=device)
+    w = random_weight(7168, torch.bfloat16, device=device)
+    assert api.rms_norm(x, w).shape == (0, 7168)
+    assert api.add_rms_norm(x, x.clone(), w).shape == (0, 7168)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+def test_device_cuda_graph_replay(device, backend, residual):
+    if backend != "cuda":
+        pytest.skip("CUDA graphs are a CUDA feature")
+    t, d = 64, 7168
+    x = random_rows(t, d, torch.bfloat16, device=device)
+    w = random_weight(d, torch.bfloat16, device=device)
+    res = random_rows(t, d, torch.bfloat16, device=device).contiguous()
+    out = poisoned((t, d), torch.bfloat16, device)
+
+    def call():
+        return api.add_rms_norm(x, res, w, out=out) if residual else api.rms_norm(x, w, out=out)
+
+    call()  # compile and load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(3):
+        x.copy_(random_rows(t, d, torch.bfloat16, device=device))
+        res.copy_(random_rows(t, d, torch.bfloat16, device=device))
+        out.copy_(poisoned((t, d), torch.bfloat16, device))
+        if residual:
+            s_ref, y_ref = ref.add_rms_norm_ref(x, res, w)
+        else:
+            y_ref = ref.rms_norm_ref(x, w)
+        graph.replay()
+        if residual:
+            assert_bitwise_equal(res, s_ref, what="residual")
+        assert_norm_close(out, y_ref, 1)
