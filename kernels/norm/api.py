@@ -25,9 +25,6 @@ launches nothing.
 
 from __future__ import annotations
 
-import math
-import numbers
-import struct
 
 import torch
 
@@ -45,18 +42,6 @@ def _ops():
     import tilelang_ops  # deferred: tilelang_ops imports this module while it loads
 
     return tilelang_ops
-
-
-def _fp32_eps(name: str, eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"{name}: eps must be a real number, got {type(eps).__name__}")
-    try:
-        value = struct.unpack("<f", struct.pack("<f", float(eps)))[0]
-    except OverflowError:
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}: eps must be positive and finite in float32, got {eps!r}")
-    return value
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
@@ -109,7 +94,7 @@ def _check(name: str, x, residual, weight, eps, out) -> float:
     if residual is not None:
         _check_like(name, "residual", residual, x, (n, d))
     _check_like(name, "weight", weight, x, (d,))
-    eps32 = _fp32_eps(name, eps)
+    eps32 = ref.fp32_eps(eps, name)
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"{name}: out must be a torch.Tensor, got {type(out).__name__}")

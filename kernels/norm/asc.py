@@ -41,12 +41,12 @@ byte-granular (only UB addresses must be 32-byte aligned, which the tiling guara
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
 import dataclasses
-import math
-import struct
 
 import tilelang
 import tilelang.ascend.language as T
 import tvm
+
+from kernels.norm.ref import fp32_eps
 
 __all__ = ["DTYPES", "MAX_D", "NormConfig", "add_rmsnorm_tl", "norm_config", "norm_shipped_configs", "rmsnorm_tl"]
 
@@ -96,17 +96,6 @@ class NormConfig:
 
 def _round_up(v: int, to: int) -> int:
     return -(-v // to) * to
-
-
-def fp32_eps(eps: float) -> float:
-    """eps rounded to fp32 (what the kernel adds); ValueError unless it is finite and > 0 there."""
-    try:
-        value = struct.unpack("<f", struct.pack("<f", float(eps)))[0]
-    except OverflowError:
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"norm: eps must be positive and finite in float32, got {eps!r}")
-    return value
 
 
 def norm_config(

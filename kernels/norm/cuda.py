@@ -47,11 +47,12 @@ two factories stay unchanged.
 # the factory's arguments, and string annotations would lose them.
 import dataclasses
 import math
-import struct
 
 import tilelang
 import tilelang.language as T
 import tvm
+
+from kernels.norm.ref import fp32_eps
 
 __all__ = ["DTYPES", "MAX_D", "NormConfig", "add_rmsnorm_tl", "norm_config", "norm_shipped_configs", "rmsnorm_tl"]
 
@@ -102,17 +103,6 @@ class NormConfig:
 
 def _next_pow2(v: int) -> int:
     return 1 << (v - 1).bit_length()
-
-
-def fp32_eps(eps: float) -> float:
-    """eps rounded to fp32 (what the kernel adds); ValueError unless it is finite and > 0 there."""
-    try:
-        value = struct.unpack("<f", struct.pack("<f", float(eps)))[0]
-    except OverflowError:
-        value = math.inf
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"norm: eps must be positive and finite in float32, got {eps!r}")
-    return value
 
 
 def norm_config(
@@ -203,20 +193,54 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
 
 
 def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
-    """The pieces every RMSNorm variant shares, specialised to one configuration."""
-    tpr, steps, vec, rv = cfg.threads_per_row, cfg.steps, cfg.vector_elems, cfg.row_vectors
-    rows, wpr = cfg.rows_per_block, cfg.warps_per_row
+    """The pieces every RMSNorm variant shares, specialised to one configuration.
+
+    Vector `lane + s * tpr` of a row belongs to step s of lane `lane`. The first `full` steps cover
+    whole rows of lanes and need no bounds check; when the row's vectors do not fill the last step,
+    only its first `tail_lanes` lanes take it (one check per macro, not one per step).
+    """
+    tpr, vec, rv = cfg.threads_per_row, cfg.vector_elems, cfg.row_vectors
+    wpr = cfg.warps_per_row
+    full, tail_lanes = divmod(rv, tpr)
     shuffles = int(math.log2(min(tpr, _WARP)))
     eps32 = fp32_eps(eps)
+
+    @T.macro
+    def load_step(src, row, lane, buf, s):
+        for v in T.vectorized(vec):
+            buf[s, v] = src[row, (lane + s * tpr) * vec + v]
 
     @T.macro
     def load_row(src, row, lane, buf):
         """buf[s] = vector `lane + s * tpr` of row `row` of src, for every vector in the row."""
         # All loads are issued before any use, so a thread has `steps` vectors in flight.
-        for s in T.unroll(steps):
-            if lane + s * tpr < rv:
-                for v in T.vectorized(vec):
-                    buf[s, v] = src[row, (lane + s * tpr) * vec + v]
+        for s in T.unroll(full):
+            load_step(src, row, lane, buf, s)
+        if tail_lanes:
+            if lane < tail_lanes:
+                load_step(src, row, lane, buf, full)
+
+    @T.macro
+    def add_step(dst, row, lane, buf, rbuf, s):
+        # s = x + residual in fp32, rounded to dtype, kept in buf and stored to dst.
+        for v in T.vectorized(vec):
+            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") + T.cast(rbuf[s, v], "float32"), dtype)
+        for v in T.vectorized(vec):
+            dst[row, (lane + s * tpr) * vec + v] = buf[s, v]
+
+    @T.macro
+    def add_rows(dst, row, lane, buf, rbuf):
+        """buf += rbuf (rounded to dtype), stored into dst's row."""
+        for s in T.unroll(full):
+            add_step(dst, row, lane, buf, rbuf, s)
+        if tail_lanes:
+            if lane < tail_lanes:
+                add_step(dst, row, lane, buf, rbuf, full)
+
+    @T.macro
+    def square_step(buf, acc, s):
+        for v in T.unroll(vec):
+            acc[v] += T.cast(buf[s, v], "float32") * T.cast(buf[s, v], "float32")
 
     @T.macro
     def inv_rms(buf, active, tx, red, inv):
@@ -230,10 +254,11 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
         for v in T.vectorized(vec):
             acc[v] = T.float32(0)
         if active:
-            for s in T.unroll(steps):
-                if lane + s * tpr < rv:
-                    for v in T.unroll(vec):
-                        acc[v] += T.cast(buf[s, v], "float32") * T.cast(buf[s, v], "float32")
+            for s in T.unroll(full):
+                square_step(buf, acc, s)
+            if tail_lanes:
+                if lane < tail_lanes:
+                    square_step(buf, acc, full)
         inv[0] = acc[0]
         for v in T.unroll(1, vec):
             inv[0] += acc[v]
@@ -250,19 +275,25 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
         inv[0] = T.rsqrt(inv[0] / T.float32(D) + T.float32(eps32))
 
     @T.macro
+    def store_step(dst, weight, row, lane, buf, inv, wbuf, s):
+        for v in T.vectorized(vec):
+            wbuf[v] = weight[(lane + s * tpr) * vec + v]
+        for v in T.vectorized(vec):
+            dst[row, (lane + s * tpr) * vec + v] = T.cast(
+                T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype
+            )
+
+    @T.macro
     def store_scaled(dst, weight, row, lane, buf, inv):
         """dst[row] = (buf * inv) * weight, rounded to dtype, for the vectors this thread holds."""
         wbuf = T.alloc_local((vec,), dtype)
-        for s in T.unroll(steps):
-            if lane + s * tpr < rv:
-                for v in T.vectorized(vec):
-                    wbuf[v] = weight[(lane + s * tpr) * vec + v]
-                for v in T.vectorized(vec):
-                    dst[row, (lane + s * tpr) * vec + v] = T.cast(
-                        T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype
-                    )
+        for s in T.unroll(full):
+            store_step(dst, weight, row, lane, buf, inv, wbuf, s)
+        if tail_lanes:
+            if lane < tail_lanes:
+                store_step(dst, weight, row, lane, buf, inv, wbuf, full)
 
-    return load_row, inv_rms, store_scaled
+    return load_row, add_rows, inv_rms, store_scaled
 
 
 @tilelang.jit
@@ -278,7 +309,7 @@ def rmsnorm_tl(
 ):
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
-    load_row, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -319,9 +350,9 @@ def add_rmsnorm_tl(
 ):
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
-    load_row, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
     t = T.dynamic("t")
-    tpr, rows, steps, vec, rv = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems, cfg.row_vectors
+    tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
     @T.prim_func
     def add_rmsnorm(
@@ -343,12 +374,7 @@ def add_rmsnorm_tl(
                 load_row(x, row, lane, buf)
                 load_row(residual, row, lane, rbuf)
                 # s = x + residual rounded to dtype, stored back, and kept (rounded) for the norm.
-                for s in T.unroll(steps):
-                    if lane + s * tpr < rv:
-                        for v in T.vectorized(vec):
-                            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") + T.cast(rbuf[s, v], "float32"), dtype)
-                        for v in T.vectorized(vec):
-                            residual[row, (lane + s * tpr) * vec + v] = buf[s, v]
+                add_rows(residual, row, lane, buf, rbuf)
             inv_rms(buf, row < t, tx, red, inv)
             if row < t:
                 store_scaled(y, weight, row, lane, buf, inv)

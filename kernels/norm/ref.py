@@ -29,6 +29,10 @@ Edge behaviour (IEEE arithmetic, nothing special-cased):
 
 from __future__ import annotations
 
+import math
+import numbers
+import struct
+
 import torch
 
 
@@ -45,3 +49,17 @@ def add_rms_norm_ref(
     """(s, y): s = x + residual in x's dtype (what the kernel writes back), y = rms_norm_ref(s)."""
     s = x + residual
     return s, rms_norm_ref(s, weight, eps)
+
+
+def fp32_eps(eps, name: str = "norm") -> float:
+    """eps rounded to fp32 (what every backend adds). TypeError unless a real number; ValueError
+    unless positive and finite in fp32. `name` prefixes the messages (the caller's function)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{name}: eps must be a real number, got {type(eps).__name__}")
+    try:
+        value = struct.unpack("<f", struct.pack("<f", float(eps)))[0]
+    except OverflowError:
+        value = math.inf
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: eps must be positive and finite in float32, got {eps!r}")
+    return value

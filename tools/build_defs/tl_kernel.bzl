@@ -34,8 +34,9 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large"):
     tilelang = requirement("tilelang")
     py_library(name = "init", srcs = ["__init__.py"], imports = [_ROOT], deps = ["//kernels:init"])
     py_library(name = "ref", srcs = ["ref.py"], imports = [_ROOT], deps = [":init", torch])
-    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", tilelang])
-    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", tilelang])
+    # Backends may share the reference's contract-level helpers (e.g. how a parameter is rounded).
+    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang])
+    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang])
 
     # The interface reaches backends only through tilelang_ops (which depends on it), never directly.
     py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", torch])
