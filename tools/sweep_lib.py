@@ -371,6 +371,14 @@ register_stage(
         case=kernel_sweep_case("gather"),
     )
 )
+register_stage(
+    HotPathStage(
+        name="attn_norm",
+        kernel="norm",
+        role="fused residual add + RMSNorm of the step's batch x (1 + mtp) tokens at hidden width, bf16",
+        case=kernel_sweep_case("norm"),
+    )
+)
 
 
 def split_stages(

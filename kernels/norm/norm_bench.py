@@ -85,5 +85,19 @@ def _case(t: int, d: int, dt: str, fused: bool) -> BenchCase:
     )
 
 
+# The sweep scans decode batches up to this many requests.
+SWEEP_MAX_BATCH = 1024
+
+
+def sweep_case(batch: int, model_config: Any, device: torch.device) -> BenchCase:
+    """The fused residual add + RMSNorm of one decode step with ``batch`` requests, for tools/sweep.py.
+
+    Every token of the step (batch x ``model_config.tokens_per_request``) is normalised at
+    ``model_config.hidden``; the input set is built where the case runs (``make(device, k)``).
+    """
+    del device
+    return _case(batch * model_config.tokens_per_request, model_config.hidden, "bf16", fused=True)
+
+
 def cases() -> list[BenchCase]:
     return [_case(*spec) for spec in _PREFILL + _DECODE]
