@@ -25,7 +25,6 @@ launches nothing.
 
 from __future__ import annotations
 
-
 import torch
 
 from kernels.norm import ref
