@@ -282,7 +282,7 @@ def _bad_inputs():
         ("x-int32", dict(x=x.int(), weight=w), TypeError, "x has dtype torch.int32"),
         ("x-1d", dict(x=x[0], weight=w), ValueError, "x must be 2-D"),
         ("x-3d", dict(x=x[None], weight=w), ValueError, "x must be 2-D"),
-        ("x-too-wide", dict(x=big, weight=torch.zeros(16385, dtype=bf)), ValueError, "x has width D = 16385"),
+        ("x-too-wide", dict(x=big, weight=torch.zeros(16385, dtype=bf)), ValueError, "x has width 16385"),
         ("x-last-dim-strided", dict(x=wide[:, ::2], weight=w), ValueError, "last dimension must be contiguous"),
         ("x-overlapping-rows", dict(x=wide.as_strided((6, 8), (4, 1)), weight=w), ValueError, "row stride 4"),
         ("weight-not-tensor", dict(x=x, weight=w.tolist()), TypeError, "weight must be a torch.Tensor"),

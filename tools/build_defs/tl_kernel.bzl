@@ -21,25 +21,28 @@ def _suite_test(name, test_file, suite, deps, size, tags = [], extra_args = []):
         tags = tags,
     )
 
-def tl_kernel(name, codegen_size = "medium", device_size = "large"):
+def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [], backend_deps = [], api_deps = []):
     """Declares the targets of kernels/<name>/.
 
     Args:
       name: the kernel (the package directory name).
       codegen_size: test size of the codegen targets (nvcc compiles every shipped configuration).
       device_size: test size of the device targets.
+      ref_deps: other packages' libraries the reference uses (e.g. //kernels/quant:formats).
+      backend_deps: other packages' libraries cuda.py and asc.py use (shared TileLang helpers).
+      api_deps: other packages' libraries the interface uses.
     """
     native.package(default_visibility = ["//visibility:public"])
     torch = requirement("torch")
     tilelang = requirement("tilelang")
     py_library(name = "init", srcs = ["__init__.py"], imports = [_ROOT], deps = ["//kernels:init"])
-    py_library(name = "ref", srcs = ["ref.py"], imports = [_ROOT], deps = [":init", torch])
+    py_library(name = "ref", srcs = ["ref.py"], imports = [_ROOT], deps = [":init", torch] + ref_deps)
     # Backends may share the reference's contract-level helpers (e.g. how a parameter is rounded).
-    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang])
-    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang])
+    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang] + backend_deps)
+    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang] + backend_deps)
 
     # The interface reaches backends only through tilelang_ops (which depends on it), never directly.
-    py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", torch])
+    py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", "//kernels:interface", torch] + api_deps)
 
     test_file = name + "_test.py"
     common = ["//platform:ops", "//testing", requirement("pytest")]

@@ -1,0 +1,162 @@
+"""What every kernel's `api.py` shares: argument checks, aliasing, alignment and backend dispatch.
+
+Every check raises TypeError (wrong type or dtype) or ValueError (anything else) whose message starts
+with the public function's name and names the argument, before anything is written. Nothing here
+launches a kernel or synchronises the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+__all__ = [
+    "DEVICE_BACKEND",
+    "INDEX_DTYPES",
+    "backend_ops",
+    "base_alignment",
+    "check_out",
+    "check_no_overlap",
+    "check_rows",
+    "check_tensor",
+    "dense_rows",
+    "is_host",
+    "overlaps",
+]
+
+# torch device type -> the tilelang_ops backend that serves it. CPU tensors use the reference.
+DEVICE_BACKEND = {"cuda": "cuda", "npu": "asc"}
+# torch index dtype -> the element type name the factories take.
+INDEX_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
+
+
+def _ops():
+    import tilelang_ops  # deferred: tilelang_ops imports every api module while it loads
+
+    return tilelang_ops
+
+
+def _dtype_list(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(map(str, dtypes))
+
+
+def check_tensor(
+    name: str,
+    arg: str,
+    t,
+    *,
+    dtypes: Iterable[torch.dtype] | None = None,
+    dim: int | None = None,
+    shape: tuple[int, ...] | None = None,
+    like: torch.Tensor | None = None,
+    contiguous: bool = False,
+) -> None:
+    """t is a tensor with one of `dtypes`, `dim` dimensions or exactly `shape`, on `like`'s device,
+    and (when asked) contiguous."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+    if dtypes is not None:
+        dtypes = tuple(dtypes)
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name}: {arg} has dtype {t.dtype}; expected {_dtype_list(dtypes)}")
+    if dim is not None and t.dim() != dim:
+        raise ValueError(f"{name}: {arg} must be {dim}-D, got shape {tuple(t.shape)}")
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name}: {arg} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name}: {arg} is on {t.device} but the input is on {like.device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name}: {arg} must be contiguous, got strides {t.stride()}")
+
+
+def check_rows(name: str, arg: str, x, dtypes: Iterable[torch.dtype], max_width: int | None = None) -> None:
+    """x is a 2-D (rows, width) tensor whose last dimension is contiguous; rows may be strided (a view
+    of a wider tensor) with a row stride >= width; width <= max_width when given; device supported."""
+    check_tensor(name, arg, x, dtypes=dtypes, dim=2)
+    n, d = x.shape
+    if max_width is not None and d > max_width:
+        raise ValueError(f"{name}: {arg} has width {d}; at most {max_width} is supported")
+    if d > 1 and x.stride(1) != 1:
+        raise ValueError(f"{name}: {arg}'s last dimension must be contiguous (stride 1), got strides {x.stride()}")
+    if n > 1 and x.stride(0) < d:
+        raise ValueError(f"{name}: {arg}'s row stride {x.stride(0)} is smaller than its width {d}")
+    if x.device.type != "cpu" and x.device.type not in DEVICE_BACKEND:
+        raise ValueError(f"{name}: tensors on {x.device} are not supported (cuda, npu or cpu)")
+
+
+def check_out(name: str, arg: str, out, shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tensor) -> None:
+    """A caller-owned output: None, or a contiguous tensor of exactly this shape and dtype on like's device."""
+    if out is None:
+        return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != like.device:
+        raise ValueError(
+            f"{name}: {arg} must be {tuple(shape)} {dtype} on {like.device}, "
+            f"got {tuple(out.shape)} {out.dtype} on {out.device}"
+        )
+    if not out.is_contiguous():
+        raise ValueError(f"{name}: {arg} must be contiguous")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, last byte + 1) that t's elements occupy."""
+    start = t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges a and b span intersect (conservative for interleaved views)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def check_no_overlap(name: str, written: dict, read: dict) -> None:
+    """No written tensor overlaps another written or read one (the kernels declare them non-aliasing).
+    Both arguments map argument names to tensors or None."""
+    for wname, w in written.items():
+        for oname, o in {**read, **written}.items():
+            if w is not None and o is not None and wname != oname and overlaps(w, o):
+                raise ValueError(f"{name}: {wname} overlaps {oname} in memory")
+
+
+def is_host(t: torch.Tensor) -> bool:
+    """CPU tensors are served by the PyTorch reference instead of a kernel."""
+    return t.device.type == "cpu"
+
+
+def backend_ops(name: str, t: torch.Tensor):
+    """The tilelang_ops module, after checking it was built for the backend that serves t's device."""
+    tl = _ops()
+    backend = DEVICE_BACKEND.get(t.device.type)
+    if tl.PLATFORM.tilelang_ops_backend != backend:
+        raise ValueError(
+            f"{name}: the input is on {t.device} but tilelang_ops was built for backend "
+            f"{tl.PLATFORM.tilelang_ops_backend!r}"
+        )
+    return tl
+
+
+def base_alignment(*tensors: torch.Tensor) -> int:
+    """Largest power of two (<= 16) dividing every data pointer: it caps the kernels' vector width."""
+    align = 16
+    for t in tensors:
+        ptr = t.data_ptr()
+        if ptr:
+            align = min(align, ptr & -ptr)
+    return align
+
+
+def dense_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(x, its row stride) for a kernel; with at most one row the stride is never used, so it is
+    declared dense and one compiled kernel serves every one-row view."""
+    n, d = x.shape
+    if n > 1:
+        return x, x.stride(0)
+    if x.stride(0) != d:
+        x = x.as_strided((n, d), (d, 1))
+    return x, d
