@@ -1,0 +1,55 @@
+"""TileLang (CUDA) transcription of kernels/quant/formats.py: the same operations in the same order,
+so kernels that use these expressions are bit-exact against the references. Every function builds
+a TIR expression from fp32 expressions; none allocates or synchronises.
+"""
+
+# No `from __future__ import annotations`: callers build these inside T.prim_func bodies.
+import tilelang.language as T
+
+from kernels.quant.formats import E4M3_MAX, amax_floor
+
+__all__ = ["abs_max", "e2m1_code", "e4m3_clamp", "group_scale", "ue8m0_exponent", "ue8m0_round_up"]
+
+# (boundary, a tie rounds up) between neighbouring e2m1 magnitudes: formats._E2M1_BOUNDARIES.
+_E2M1_BOUNDARIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
+
+
+def abs_max(acc, v):
+    """max(acc, |v|) with NaN v ignored (fmaxf returns the non-NaN operand)."""
+    return T.max(acc, T.abs(v))
+
+
+def ue8m0_round_up(scale):
+    """The smallest power of two >= a positive normal fp32 scale (bit-for-bit formats.ue8m0_round_up)."""
+    bits = T.reinterpret(scale, "uint32")
+    return T.reinterpret((bits + T.uint32(0x007FFFFF)) & T.uint32(0xFF800000), "float32")
+
+
+def group_scale(amax, fmt_max: float, ue8m0: bool):
+    """fp32 scale of a group from its NaN-free amax: max(amax, floor) / fmt_max, rounded up to a power
+    of two when ue8m0."""
+    scale = T.max(amax, T.float32(amax_floor(fmt_max))) / T.float32(fmt_max)
+    return ue8m0_round_up(scale) if ue8m0 else scale
+
+
+def ue8m0_exponent(scale):
+    """uint8 biased exponent of a power-of-two fp32 scale."""
+    return T.cast((T.reinterpret(scale, "uint32") >> T.uint32(23)) & T.uint32(0xFF), "uint8")
+
+
+def e4m3_clamp(v):
+    """v clamped to [-448, 448] with NaN kept (fminf/fmaxf alone would turn NaN into a bound); cast the
+    result to float8_e4m3 to finish formats.encode_e4m3."""
+    return T.if_then_else(T.isnan(v), v, T.min(T.max(v, T.float32(-E4M3_MAX)), T.float32(E4M3_MAX)))
+
+
+def e2m1_code(v):
+    """uint8 e2m1 code (0..15, bit 3 the sign) of an fp32 value: formats.encode_e2m1."""
+    a = T.abs(v)
+    code = T.cast(0, "uint8")
+    for boundary, tie_up in _E2M1_BOUNDARIES:
+        hit = a >= T.float32(boundary) if tie_up else a > T.float32(boundary)
+        code = code + T.cast(hit, "uint8")
+    return code | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
+
+
