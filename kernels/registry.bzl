@@ -6,4 +6,6 @@ Kept as a plain list literal: tilelang_ops reads it directly when it runs outsid
 KERNELS = [
     "gather",
     "norm",
+    "outlier_detection",
+    "quant",
 ]

@@ -1,10 +1,16 @@
-"""NVIDIA TileLang implementation of `norm`: RMSNorm, plain and with a fused residual add.
+"""NVIDIA TileLang implementation of `norm`: RMSNorm, plain and with a fused residual add, each also
+with an FP8 (e4m3) output.
 
     kernel = rmsnorm_tl(D, dtype, eps, x_stride, x_align=...)
     kernel(x, weight, y)                     # y = x * rsqrt(mean(x^2) + eps) * weight
 
     kernel = add_rmsnorm_tl(D, dtype, eps, x_stride, x_align=...)
     kernel(x, residual, weight, y)           # residual <- x + residual (in place); y = rmsnorm(residual)
+
+    kernel = rmsnorm_fp8_tl(D, dtype, eps, x_stride, group, ue8m0=..., scale_layout=..., with_y=..., x_align=...)
+    kernel(x, weight, q, scale[, y])         # q, scale = y quantised per group (kernels/norm/ref.py)
+    kernel = add_rmsnorm_fp8_tl(...)         # the same arguments
+    kernel(x, residual, weight, q, scale[, y])
 
 x         (t, D) of `dtype` (bfloat16, float16 or float32), row stride `x_stride` >= D elements (a
           view of a wider tensor is fine), last dimension contiguous.
@@ -39,8 +45,24 @@ which spills at the register cap below for several widths). Short rows put
 several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
 
-A future FP8-output variant adds its own factory reusing `norm_config` and the macros below; these
-two factories stay unchanged.
+FP8 output (rmsnorm_fp8_tl, add_rmsnorm_fp8_tl; the section at the end of this file). q (t, D)
+float8_e4m3 contiguous; scale fp32, (t, D / group) contiguous for scale_layout "row", or for
+"tma_col" the (D / group, t) transpose of DeepGEMM's column-major view, whose row stride (T_pad) is
+read from the tensor at launch; y (t, D) of `dtype`, only with with_y. `group` is D (one scale per
+token) or 16/32/64/128 dividing D; ue8m0 rounds scales up to powers of two. The load, residual add
+and rsqrt are the norm's (same macros); then each thread rounds (x * r) * w to dtype into the
+registers that held x (and stores it when with_y: a static argument because it only adds a store
+and y's argument, the body is the same), and finishes one group at a time: the group's amax
+(fmaxf, NaN-free) over its elements in the thread, a shuffle-xor butterfly over the group's lanes,
+and, for groups of whole warps (narrow vectors, or one scale per token in rows of several warps),
+one shared-memory exchange and barrier; then the scale, 1 / scale and the e4m3 codes, every step
+the expression kernels/quant/tl_formats.py gives, so q and scale equal quantising the kernel's own
+y bit for bit. fp8_config maps groups to lanes: vector `lane + s * tpr` is step s of lane `lane`,
+so a group of g elements is g / vector_elems consecutive lanes of one step (rows of more than a
+warp are rounded up to whole groups of lanes so that no group straddles two steps), or in rows of
+fewer lanes several consecutive steps of all of them. Every configuration of a width D in
+[16, 16384] with D % group == 0 (any D per token), any dtype, stride and alignment is served.
+The two norm factories above generate the same code as before the FP8 variants existed.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -52,9 +74,25 @@ import tilelang
 import tilelang.language as T
 import tvm
 
-from kernels.norm.ref import fp32_eps
+from kernels.norm.ref import FP8_GROUPS, SCALE_LAYOUTS, fp32_eps
+from kernels.quant.formats import E4M3_MAX
+from kernels.quant.tl_formats import abs_max, e4m3_clamp, group_scale
 
-__all__ = ["DTYPES", "MAX_D", "NormConfig", "add_rmsnorm_tl", "norm_config", "norm_shipped_configs", "rmsnorm_tl"]
+__all__ = [
+    "DTYPES",
+    "FP8_DTYPE",
+    "MAX_D",
+    "Fp8Groups",
+    "NormConfig",
+    "add_rmsnorm_fp8_tl",
+    "add_rmsnorm_tl",
+    "fp8_config",
+    "fp8_shipped_configs",
+    "norm_config",
+    "norm_shipped_configs",
+    "rmsnorm_fp8_tl",
+    "rmsnorm_tl",
+]
 
 # Element type names the factories accept (the activations' and the weight's).
 DTYPES = ("bfloat16", "float16", "float32")
@@ -113,11 +151,14 @@ def norm_config(
     threads: int | None = None,
     max_steps: int | None = None,
     residual: bool = False,
+    lane_multiple: int = 1,
 ) -> NormConfig:
     """Derive the launch shape from the static arguments (`residual`: the fused variant's).
 
     `threads` is the smallest block (short rows share it; a power of two in [32, 1024]) and
     `max_steps` the most vectors a thread holds (tuning knobs; None takes the defaults above).
+    `lane_multiple` (1 or a power of two up to 128) rounds a row of more than a warp up to a
+    multiple of that many lanes (the default 1 leaves the shape as it always was).
     """
     if dtype not in DTYPES:
         raise ValueError(f"norm: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -133,6 +174,8 @@ def norm_config(
         raise ValueError(f"norm: threads must be a power of two in [32, 1024], got {block}")
     if max_steps is not None and not 1 <= max_steps <= 32:
         raise ValueError(f"norm: max_steps must be in [1, 32], got {max_steps}")
+    if lane_multiple & (lane_multiple - 1) or not 1 <= lane_multiple <= 4 * _WARP:
+        raise ValueError(f"norm: lane_multiple must be a power of two in [1, 128], got {lane_multiple}")
     # Every row start of x, residual and y, and every base pointer, is aligned to the vector.
     vector_bytes = math.gcd(D * elem, x_stride * elem, x_align, _MAX_VECTOR_BYTES)
     vector_elems = vector_bytes // elem
@@ -144,7 +187,10 @@ def norm_config(
     wanted = -(-row_vectors // steps_cap)  # threads one row needs at `steps_cap` vectors each
     # Rows of a warp or more take whole warps; shorter rows a power-of-two group of lanes, so the
     # shuffle butterfly stays inside the group.
-    threads_per_row = _next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
+    # `lane_multiple` (a power of two up to 128) makes rows of more than a warp take a multiple of
+    # that many lanes: the FP8 variant's groups must not straddle two steps.
+    unit = max(_WARP, lane_multiple)
+    threads_per_row = _next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // unit) * unit)
     rows_per_block = max(1, block // threads_per_row)
     threads = threads_per_row * rows_per_block
     return NormConfig(
@@ -380,3 +426,396 @@ def add_rmsnorm_tl(
                 store_scaled(y, weight, row, lane, buf, inv)
 
     return add_rmsnorm
+
+
+# ----------------------------------------------------------------------------------------------------
+# FP8 output: y rounded to dtype, then quantised per group to e4m3 (kernels/norm/ref.py).
+
+# Element type name of the quantised output: TileLang's spelling the launcher matches against
+# torch.float8_e4m3fn tensors.
+FP8_DTYPE = "float8_e4m3"
+# Resident threads per SM the FP8 kernels' register cap is sized for (blocks per SM rounded to the
+# nearest whole block): the quantise pass keeps the row, its group's amax and the q, y and scale
+# addresses live, which at 64 registers spills a few words on sm_100a; about 85 registers (768
+# threads, each with the same row in flight as the norm: 3/4 of its bytes in flight per SM) do not.
+_FP8_RESIDENT_THREADS = 768
+
+
+@dataclasses.dataclass(frozen=True)
+class Fp8Groups:
+    """How the groups of one scale map onto the lanes and steps of a NormConfig.
+
+    Vector `lane + s * tpr` sits in step s of lane `lane`, so a group of `group_vectors` consecutive
+    vectors is either `lanes` consecutive lanes of one step (group_steps == 1), or, in rows of fewer
+    lanes than the group has vectors, `group_steps` consecutive steps of all the row's lanes. A lane
+    holds `slots` groups (slot k: steps k * group_steps ...). One scale per token is the group of the
+    whole row: one slot of every step across all the row's lanes.
+    """
+
+    group: int  # elements per scale (D: one per token)
+    groups: int  # scales per row
+    group_vectors: int  # vectors per group (per token: the row's)
+    lanes: int  # lanes that share a group within a step (the butterfly spans min(lanes, 32))
+    group_steps: int  # consecutive steps one group spans
+    slots: int  # groups one lane holds
+    group_warps: int  # warps one group spans; > 1 adds a shared-memory exchange
+
+    @property
+    def shuffles(self) -> int:
+        return int(math.log2(min(self.lanes, _WARP)))
+
+
+def _fp8_occupancy(cfg: NormConfig) -> NormConfig:
+    return dataclasses.replace(cfg, min_blocks_per_sm=max(1, round(_FP8_RESIDENT_THREADS / cfg.threads)))
+
+
+def fp8_config(
+    D: int,
+    dtype: str,
+    x_stride: int,
+    group: int,
+    scale_layout: str = "row",
+    x_align: int = 16,
+    threads: int | None = None,
+    max_steps: int | None = None,
+) -> tuple[NormConfig, Fp8Groups]:
+    """The launch shape of an FP8-output kernel and its group mapping (ValueError on bad arguments);
+    the plain and the fused variant share it.
+
+    `group` is D (one scale per token) or one of ref.FP8_GROUPS dividing D. A per-group row of more
+    than a warp is rounded up to whole groups of lanes (norm_config's lane_multiple), so no group
+    straddles two steps. Registers are budgeted as for the fused norm (norm_config's `residual`):
+    that halves the steps of fp32 rows with 16-byte vectors (8 -> 4), whose 32 fp32 row registers
+    leave no room for the quantise pass; every other class keeps the plain shape. Blocks per SM
+    follow _FP8_RESIDENT_THREADS.
+    """
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"norm: scale_layout must be one of {', '.join(SCALE_LAYOUTS)}, got {scale_layout!r}")
+    if group != D and (group not in FP8_GROUPS or D % group):
+        raise ValueError(f"norm: group must be D ({D}) or one of {FP8_GROUPS} dividing it, got {group}")
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
+    tpr = cfg.threads_per_row
+    if group == D:
+        grp = Fp8Groups(D, 1, cfg.row_vectors, tpr, cfg.steps, 1, cfg.warps_per_row)
+        return _fp8_occupancy(cfg), grp
+    # Vectors are a power of two of at most 16 bytes, so they divide every group of 16 or more.
+    group_vectors = group // cfg.vector_elems
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, lane_multiple=group_vectors)
+    cfg = _fp8_occupancy(cfg)
+    tpr = cfg.threads_per_row
+    lanes = min(group_vectors, tpr)  # both powers of two when tpr < group_vectors (tpr <= 32)
+    group_steps = group_vectors // lanes
+    slots, group_warps = cfg.steps // group_steps, max(1, lanes // _WARP)
+    grp = Fp8Groups(group, D // group, group_vectors, lanes, group_steps, slots, group_warps)
+    return cfg, grp
+
+
+def fp8_shipped_configs() -> list[tuple[int, str, int, int, int]]:
+    """(D, dtype, x_stride, x_align, group) tuples covering every path of fp8_config.
+
+    Every group size and one scale per token at the models' widths (576, 1536, 4096, 7168) and the
+    extremes (128, 16384); every dtype; groups within a warp's lanes of one step, groups spanning
+    several steps of a short row, groups spanning several warps (narrow vectors from misaligned
+    data, which round the row up to whole groups of lanes), rows per token of one lane group and of
+    many warps, and strided rows. The register worst cases are the norm's (the FP8 path holds the
+    same row and one fp32 per group): the widest rows of each vector class.
+    """
+    return [
+        # bf16 with 16-byte vectors: a group of 128 is 16 lanes, 16 is 2 lanes.
+        (7168, "bfloat16", 7168, 16, 128),
+        (7168, "bfloat16", 7168, 16, 16),
+        (7168, "bfloat16", 7168, 16, 7168),  # per token: 7 warps, shared-memory exchange
+        (4096, "bfloat16", 7168, 16, 128),  # strided rows
+        (4096, "bfloat16", 4096, 16, 64),
+        (16384, "bfloat16", 16384, 16, 128),  # 512 threads x 4 steps
+        (16384, "bfloat16", 16384, 16, 16384),
+        (1536, "bfloat16", 1536, 16, 128),
+        (1536, "bfloat16", 1536, 16, 32),
+        (576, "bfloat16", 576, 16, 64),  # one warp x 3 steps, partial last step
+        (576, "bfloat16", 576, 16, 576),
+        (256, "bfloat16", 256, 16, 128),  # 8 lanes x 4 steps: a group spans 2 steps of all the lanes
+        (128, "bfloat16", 128, 16, 16),
+        (128, "float16", 128, 16, 32),
+        (7168, "float16", 7168, 16, 128),
+        # fp32 with 16-byte vectors: a group of 128 is a whole warp.
+        (7168, "float32", 7168, 16, 128),
+        (16384, "float32", 16384, 16, 128),
+        (576, "float32", 576, 16, 576),
+        (16384, "bfloat16", 16384, 8, 16384),  # 4-element vectors: 1024 threads x 4 steps
+        (16384, "float32", 16384, 8, 64),  # 2-element vectors: 32-lane groups, 1024 threads x 8 steps
+        # Narrow vectors (misaligned base or odd stride): groups of 64 / 128 lanes span warps.
+        (7168, "bfloat16", 7168, 2, 128),  # 1-element vectors: 128-lane groups, 896 threads x 8 steps
+        (16384, "bfloat16", 16384, 2, 128),  # 1024 threads x 16 steps
+        (7168, "bfloat16", 7169, 4, 64),  # odd stride: 1-element vectors
+        (4096, "bfloat16", 4096, 4, 128),  # 2-element vectors: 64-lane groups
+        (16384, "float32", 16384, 4, 128),  # 1024 threads x 16 steps
+        (576, "float32", 577, 4, 16),
+        (576, "bfloat16", 577, 4, 576),  # per token, 1-element vectors
+    ]
+
+
+def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_layout: str, with_y: bool):
+    """The FP8 output's pieces, on top of _kernel_macros: normalise in place, then per group amax,
+    scale and quantise.
+
+    Groups are finished one slot at a time, so one fp32 amax is live at once (the row itself is
+    the register budget). A slot is `slot_steps` steps from `first` that every lane holds, plus,
+    when `slot_tail`, the partial last step held by the first `tail_lanes` lanes (per token only);
+    a per-group row whose last step is partial has one more slot of that step alone, which only
+    its first `tail_lanes` lanes (whole groups) finish.
+    """
+    tpr, vec = cfg.threads_per_row, cfg.vector_elems
+    full, tail_lanes = divmod(cfg.row_vectors, tpr)
+    lanes, group_warps = grp.lanes, grp.group_warps
+    per_token = grp.groups == 1
+    full_slots, tail_slot = (1, False) if per_token else (full // grp.group_steps, bool(tail_lanes))
+    slot_steps, slot_tail = (full, bool(tail_lanes)) if per_token else (grp.group_steps, False)
+
+    @T.macro
+    def normalise_step(weight, y, row, lane, buf, inv, wbuf, s):
+        for v in T.vectorized(vec):
+            wbuf[v] = weight[(lane + s * tpr) * vec + v]
+        for v in T.vectorized(vec):
+            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype)
+        if with_y:
+            for v in T.vectorized(vec):
+                y[row, (lane + s * tpr) * vec + v] = buf[s, v]
+
+    @T.macro
+    def normalise_row(weight, y, row, lane, buf, inv):
+        """buf <- (buf * inv) * weight rounded to dtype (the y the FP8 output quantises); also
+        stored into y's row when with_y."""
+        wbuf = T.alloc_local((vec,), dtype)
+        for s in T.unroll(full):
+            normalise_step(weight, y, row, lane, buf, inv, wbuf, s)
+        if tail_lanes:
+            if lane < tail_lanes:
+                normalise_step(weight, y, row, lane, buf, inv, wbuf, full)
+
+    @T.macro
+    def amax_step(buf, m, s):
+        for v in T.unroll(vec):
+            m[0] = abs_max(m[0], T.cast(buf[s, v], "float32"))
+
+    @T.macro
+    def slot_amax(buf, active, lane, m, first, n, tail):
+        """m = max |y| over the slot's group within this warp (NaN ignored), in every lane of the
+        group. Every thread takes part in the shuffles, inactive ones (and lanes without the
+        tail step) with zero."""
+        m[0] = T.float32(0)
+        if active:
+            for j in T.unroll(n):
+                amax_step(buf, m, first + j)
+            if tail:
+                if lane < tail_lanes:
+                    amax_step(buf, m, full)
+        # Butterfly over the group's lanes of a warp (groups are aligned to their lane count).
+        for i in T.unroll(grp.shuffles):
+            m[0] = T.max(m[0], T.shfl_xor(m[0], 1 << i))
+
+    @T.macro
+    def store_scale(scale, row, g, value):
+        if scale_layout == "row":
+            scale[row, g] = value
+        else:
+            # The (groups, T_pad) storage of the column-major (T, groups) view.
+            scale[g, row] = value
+
+    @T.macro
+    def quantise_step(q, row, lane, buf, m, s):
+        for v in T.vectorized(vec):
+            q[row, (lane + s * tpr) * vec + v] = T.cast(e4m3_clamp(T.cast(buf[s, v], "float32") * m[0]), FP8_DTYPE)
+
+    @T.macro
+    def quantise_slot(q, scale, row, lane, buf, m, first, n, tail):
+        """m (the group's amax) -> scale, stored by the group's first lane -> inv; q = e4m3(y * inv)."""
+        m[0] = group_scale(m[0], E4M3_MAX, ue8m0)
+        if lane % lanes == 0:
+            store_scale(scale, row, (first * tpr + lane) // grp.group_vectors, m[0])
+        m[0] = T.float32(1) / m[0]
+        for j in T.unroll(n):
+            quantise_step(q, row, lane, buf, m, first + j)
+        if tail:
+            if lane < tail_lanes:
+                quantise_step(q, row, lane, buf, m, full)
+
+    @T.macro
+    def exchange(red, tx, m, k):
+        """Groups of whole warps: m = the max over the group's warps of what they published."""
+        first_warp = tx % tpr // _WARP // group_warps * group_warps
+        m[0] = red[tx // tpr, k, first_warp]
+        for i in T.unroll(1, group_warps):
+            m[0] = T.max(m[0], red[tx // tpr, k, first_warp + i])
+
+    @T.macro
+    def quantise_row(q, scale, row, active, tx, buf, red):
+        """Scales of the row's groups into scale, q = e4m3(y * inv) into q; `buf` holds y."""
+        lane = tx % tpr
+        m = T.alloc_local((1,), "float32")
+        if group_warps == 1:
+            for k in T.unroll(full_slots):
+                slot_amax(buf, active, lane, m, k * grp.group_steps, slot_steps, slot_tail)
+                if active:
+                    quantise_slot(q, scale, row, lane, buf, m, k * grp.group_steps, slot_steps, slot_tail)
+            if tail_slot:
+                slot_amax(buf, active, lane, m, full, 0, True)
+                if active:
+                    if lane < tail_lanes:
+                        quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
+        else:
+            # Each warp's first lane publishes its part of every group; one barrier; every lane
+            # combines its group's warps (max is exact: the order does not matter).
+            for k in T.unroll(full_slots):
+                slot_amax(buf, active, lane, m, k * grp.group_steps, slot_steps, slot_tail)
+                if tx % _WARP == 0:
+                    red[tx // tpr, k, lane // _WARP] = m[0]
+            if tail_slot:
+                slot_amax(buf, active, lane, m, full, 0, True)
+                if tx % _WARP == 0:
+                    red[tx // tpr, full, lane // _WARP] = m[0]
+            T.sync_threads()
+            if active:
+                for k in T.unroll(full_slots):
+                    exchange(red, tx, m, k)
+                    quantise_slot(q, scale, row, lane, buf, m, k * grp.group_steps, slot_steps, slot_tail)
+                if tail_slot:
+                    if lane < tail_lanes:
+                        exchange(red, tx, m, full)
+                        quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
+
+    return normalise_row, quantise_row
+
+
+def _scale_tensor(scale_layout: str, t, groups: int):
+    """The scale argument: (t, groups) row-major, or for "tma_col" the transpose of DeepGEMM's
+    column-major (t, groups) view: (groups, t) with row stride t_pad, bound at launch from the
+    tensor's stride (the caller keeps it T rounded up to 4; the kernel writes only columns < t)."""
+    if scale_layout == "row":
+        return T.Tensor((t, groups), "float32")
+    return T.StridedTensor((groups, t), (T.dynamic("t_pad"), 1), "float32")
+
+
+def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, residual):
+    """The prim_func of rmsnorm_fp8_tl / add_rmsnorm_fp8_tl: the norm's load (and residual add),
+    then normalise in place, group amax, quantise. with_y adds y's store and argument, nothing else."""
+    cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
+    load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
+    normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
+    t = T.dynamic("t")
+    tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
+    scale_type = _scale_tensor(scale_layout, t, grp.groups)
+
+    @T.macro
+    def body(x, residual, weight, q, scale, y):
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+            T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
+            tx = T.get_thread_binding(0)
+            lane = tx % tpr
+            # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
+            row = T.cast(bx * rows + tx // tpr, "int64")
+            buf = T.alloc_local((steps, vec), dtype)
+            red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
+            inv = T.alloc_local((1,), "float32")
+            # Its own buffer: threads may still read `red` when the first lanes publish their amax.
+            red_max = T.alloc_shared((rows, grp.slots, grp.group_warps), "float32")
+            if row < t:
+                load_row(x, row, lane, buf)
+                if residual is not None:
+                    rbuf = T.alloc_local((steps, vec), dtype)
+                    load_row(residual, row, lane, rbuf)
+                    add_rows(residual, row, lane, buf, rbuf)
+            inv_rms(buf, row < t, tx, red, inv)
+            if row < t:
+                normalise_row(weight, y, row, lane, buf, inv)
+            quantise_row(q, scale, row, row < t, tx, buf, red_max)
+
+    if residual and with_y:
+
+        @T.prim_func
+        def add_rmsnorm_fp8(
+            x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+            residual: T.Tensor((t, D), dtype),
+            weight: T.Tensor((D,), dtype),
+            q: T.Tensor((t, D), FP8_DTYPE),
+            scale: scale_type,
+            y: T.Tensor((t, D), dtype),
+        ):
+            body(x, residual, weight, q, scale, y)
+
+        return add_rmsnorm_fp8
+    if residual:
+
+        @T.prim_func
+        def add_rmsnorm_fp8(
+            x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+            residual: T.Tensor((t, D), dtype),
+            weight: T.Tensor((D,), dtype),
+            q: T.Tensor((t, D), FP8_DTYPE),
+            scale: scale_type,
+        ):
+            body(x, residual, weight, q, scale, None)
+
+        return add_rmsnorm_fp8
+    if with_y:
+
+        @T.prim_func
+        def rmsnorm_fp8(
+            x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+            weight: T.Tensor((D,), dtype),
+            q: T.Tensor((t, D), FP8_DTYPE),
+            scale: scale_type,
+            y: T.Tensor((t, D), dtype),
+        ):
+            body(x, None, weight, q, scale, y)
+
+        return rmsnorm_fp8
+
+    @T.prim_func
+    def rmsnorm_fp8(
+        x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+        weight: T.Tensor((D,), dtype),
+        q: T.Tensor((t, D), FP8_DTYPE),
+        scale: scale_type,
+    ):
+        body(x, None, weight, q, scale, None)
+
+    return rmsnorm_fp8
+
+
+@tilelang.jit
+def rmsnorm_fp8_tl(
+    D: int,
+    dtype: str,
+    eps: float,
+    x_stride: int,
+    group: int,
+    *,
+    ue8m0: bool = False,
+    scale_layout: str = "row",
+    with_y: bool = False,
+    threads: int | None = None,
+    x_align: int = 16,
+    max_steps: int | None = None,
+):
+    """Compiled RMSNorm + FP8 kernel(x, weight, q, scale[, y]) for these static arguments."""
+    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, False)
+
+
+@tilelang.jit
+def add_rmsnorm_fp8_tl(
+    D: int,
+    dtype: str,
+    eps: float,
+    x_stride: int,
+    group: int,
+    *,
+    ue8m0: bool = False,
+    scale_layout: str = "row",
+    with_y: bool = False,
+    threads: int | None = None,
+    x_align: int = 16,
+    max_steps: int | None = None,
+):
+    """Compiled fused kernel(x, residual, weight, q, scale[, y]): residual <- x + residual, then the
+    RMSNorm + FP8 output of the rounded sum."""
+    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, True)

@@ -1,4 +1,5 @@
-"""Benchmark cases of `norm`: RMSNorm, plain (y = rmsnorm(x)) and fused (residual += x; y = rmsnorm(residual)).
+"""Benchmark cases of `norm`: RMSNorm, plain (y = rmsnorm(x)) and fused (residual += x; y = rmsnorm(residual)),
+and both with an FP8 output (q, scale = e4m3 per group of 128 of y; `fp8_*` case ids).
 
 Run with ``python -m testing.benchmark --kernels norm`` (or ``bazel run //kernels/norm:norm_bench``).
 
@@ -10,6 +11,10 @@ Peers, timed in the same run with the same timer:
 bytes_moved, the minimum DRAM traffic of one call:
   plain  T*D*elem (x read) + T*D*elem (y written) + D*elem (weight read once)
   fused  2*T*D*elem (x, residual read) + 2*T*D*elem (residual, y written) + D*elem
+  FP8    the same reads, and in place of y: T*D (q) + 4*T*D/group (scales) [+ T*D*elem with y]
+The FP8 peers are the reference (rms_norm_fp8_ref: the norm, then the group quantisation), eager
+and compiled; they return row-major scales (the tma_col case's layout only moves where the kernel
+writes them).
 Every input set has its own x, residual, weight and output (distinct data, so L2 never serves a
 previous set's rows; the timer rotates through enough sets that their inputs exceed 2 x L2). The
 fused kernel keeps adding x into its residual across calls: the values grow but stay finite, and
@@ -99,5 +104,76 @@ def sweep_case(batch: int, model_config: Any, device: torch.device) -> BenchCase
     return _case(batch * model_config.tokens_per_request, model_config.hidden, "bf16", fused=True)
 
 
+# (T, D, dtype, fused, ue8m0, scale_layout): group 128, row scales, at the prefill and decode sizes,
+# and one DeepGEMM-style (UE8M0, TMA-aligned column-major) case.
+_FP8_GROUP = 128
+_FP8 = (
+    [(t, d, "bf16", fused, False, "row") for t, d in [(16384, 7168), (16384, 4096)] for fused in (False, True)]
+    + [(16384, 7168, "bf16", False, True, "tma_col")]
+    + [(t, 7168, "bf16", fused, False, "row") for fused in (False, True) for t in _DECODE_T]
+)
+
+
+def _fp8_case(t: int, d: int, dt: str, fused: bool, ue8m0: bool, layout: str) -> BenchCase:
+    dtype = _DTYPES[dt]
+    elem = torch.empty((), dtype=dtype).element_size()
+    variant = "_ue8m0_tmacol" if ue8m0 else ""
+    case_id = f"{'add_' if fused else ''}fp8_g{_FP8_GROUP}{variant}_t{t}_d{d}_{dt}"
+    compiled: list[Any] = []
+
+    def make(device: torch.device, k: int) -> Workload:
+        from kernels.norm import api, ref
+
+        reference = ref.add_rms_norm_fp8_ref if fused else ref.rms_norm_fp8_ref
+        if not compiled:
+            compiled.append(torch.compile(reference, dynamic=False))
+        compiled_ref = compiled[0]
+        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
+        x = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
+        w = (1.0 + 0.1 * torch.randn((d,), generator=gen, device=device)).to(dtype)
+        q = torch.empty((t, d), device=device, dtype=torch.float8_e4m3fn)
+        if layout == "row":
+            scale = torch.empty((t, d // _FP8_GROUP), device=device, dtype=torch.float32)
+        else:
+            scale = torch.empty((d // _FP8_GROUP, api.tma_padded_rows(t)), device=device, dtype=torch.float32).t()[:t]
+        opts = dict(group_size=_FP8_GROUP, ue8m0=ue8m0, scale_layout=layout, out=q, scale_out=scale)
+        if fused:
+            residual = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
+            return Workload(
+                fn=lambda: api.add_rms_norm_fp8(x, residual, w, EPS, **opts),
+                peers={
+                    "torch_eager": lambda: reference(x, residual, w, EPS, _FP8_GROUP, ue8m0),
+                    "torch_compile": lambda: compiled_ref(x, residual, w, EPS, _FP8_GROUP, ue8m0),
+                },
+            )
+        return Workload(
+            fn=lambda: api.rms_norm_fp8(x, w, EPS, **opts),
+            peers={
+                "torch_eager": lambda: reference(x, w, EPS, _FP8_GROUP, ue8m0),
+                "torch_compile": lambda: compiled_ref(x, w, EPS, _FP8_GROUP, ue8m0),
+            },
+        )
+
+    operands = 2 if fused else 1
+    read = operands * t * d * elem + d * elem
+    written = (operands - 1) * t * d * elem + t * d + 4 * t * (d // _FP8_GROUP)
+    return BenchCase(
+        kernel=KERNEL,
+        case_id=case_id,
+        params={
+            "T": t,
+            "D": d,
+            "dtype": str(dtype).replace("torch.", ""),
+            "fused_residual": fused,
+            "fp8_group": _FP8_GROUP,
+            "ue8m0": ue8m0,
+            "scale_layout": layout,
+        },
+        bytes_moved=read + written,
+        make=make,
+        input_bytes=read,
+    )
+
+
 def cases() -> list[BenchCase]:
-    return [_case(*spec) for spec in _PREFILL + _DECODE]
+    return [_case(*spec) for spec in _PREFILL + _DECODE] + [_fp8_case(*spec) for spec in _FP8]

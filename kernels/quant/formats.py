@@ -57,9 +57,8 @@ __all__ = [
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
 
-# Magnitudes of the 8 non-negative e2m1 codes, and the decision boundaries between neighbours with
-# the code a tie goes to (the even one): (boundary, tie rounds up).
-_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# Decision boundaries between neighbouring e2m1 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6), with the
+# code a tie goes to (the even one): (boundary, tie rounds up).
 _E2M1_BOUNDARIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
@@ -70,7 +69,9 @@ def amax_floor(fmt_max: float) -> float:
 
 def group_amax(xf: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """fp32 max |x| along dim, NaN ignored (an all-NaN group gives 0)."""
-    return torch.nan_to_num(xf.float().abs(), nan=0.0).amax(dim=dim)
+    a = xf.float().abs()
+    # (torch.nan_to_num would also turn +Inf into the largest finite value: Inf must stay Inf.)
+    return torch.where(torch.isnan(a), torch.zeros((), dtype=a.dtype, device=a.device), a).amax(dim=dim)
 
 
 def ue8m0_round_up(scale: torch.Tensor) -> torch.Tensor:
@@ -82,9 +83,11 @@ def ue8m0_round_up(scale: torch.Tensor) -> torch.Tensor:
 
 
 def group_scale(amax: torch.Tensor, fmt_max: float, ue8m0: bool) -> torch.Tensor:
-    """fp32 scale of each group from its amax, as the module docstring orders it."""
-    floor = torch.tensor(amax_floor(fmt_max), dtype=torch.float32, device=amax.device)
-    scale = torch.maximum(amax.float(), floor) / torch.tensor(fmt_max, dtype=torch.float32, device=amax.device)
+    """fp32 scale of each group from its amax, as the module docstring orders it (no host sync)."""
+    # A device tensor divisor, not a Python float: torch on CUDA turns division by a host scalar
+    # into multiplication by its reciprocal, which is not the IEEE quotient.
+    divisor = amax.new_full((), fmt_max, dtype=torch.float32)
+    scale = amax.float().clamp_min(amax_floor(fmt_max)) / divisor
     return ue8m0_round_up(scale) if ue8m0 else scale
 
 
@@ -116,9 +119,13 @@ def encode_e2m1(v: torch.Tensor) -> torch.Tensor:
 
 
 def decode_e2m1(code: torch.Tensor) -> torch.Tensor:
-    """uint8 codes 0..15 -> fp32 values."""
-    table = torch.tensor(_E2M1_VALUES + tuple(-x for x in _E2M1_VALUES), dtype=torch.float32, device=code.device)
-    return table[code.long()]
+    """uint8 codes 0..15 -> fp32 values, built from the bits (no lookup table to copy to the device):
+    magnitude codes 2..7 are 2 ** ((m >> 1) - 1) * (1 + (m & 1) / 2), code 1 is 0.5, code 0 zero."""
+    c = code.to(torch.int32)
+    m = c & 7
+    normal = (((m >> 1) + 126) << 23) | ((m & 1) << 22)
+    magnitude = torch.where(m >= 2, normal, torch.where(m == 1, normal.new_full((), 126 << 23), 0))
+    return (magnitude | ((c >> 3) << 31)).view(torch.float32)
 
 
 def pack_e2m1(code: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,16 @@ import tilelang.language as T
 
 from kernels.quant.formats import E4M3_MAX, amax_floor
 
-__all__ = ["abs_max", "e2m1_code", "e4m3_clamp", "group_scale", "ue8m0_exponent", "ue8m0_round_up"]
+__all__ = [
+    "abs_max",
+    "e2m1_code",
+    "e2m1_value",
+    "e4m3_clamp",
+    "group_scale",
+    "ue8m0_exponent",
+    "ue8m0_round_up",
+    "ue8m0_value",
+]
 
 # (boundary, a tie rounds up) between neighbouring e2m1 magnitudes: formats._E2M1_BOUNDARIES.
 _E2M1_BOUNDARIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
@@ -53,3 +62,18 @@ def e2m1_code(v):
     return code | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
 
 
+
+
+def ue8m0_value(byte):
+    """fp32 power of two 2 ** (byte - 127) of a uint8 exponent (formats.ue8m0_from_exponent)."""
+    return T.reinterpret(T.shift_left(T.cast(byte, "uint32"), T.uint32(23)), "float32")
+
+
+def e2m1_value(code):
+    """fp32 value of an e2m1 code 0..15 (formats.decode_e2m1), built from its bits: magnitude codes
+    2..7 are the normal numbers 2 ** ((m >> 1) - 1) * (1 + (m & 1) / 2), code 1 is 0.5, code 0 zero."""
+    c = T.cast(code, "uint32")
+    m = c & T.uint32(7)
+    normal = T.shift_left((m >> T.uint32(1)) + T.uint32(126), T.uint32(23)) | T.shift_left(m & T.uint32(1), T.uint32(22))
+    magnitude = T.if_then_else(m >= T.uint32(2), normal, T.if_then_else(m == T.uint32(1), T.uint32(126 << 23), T.uint32(0)))
+    return T.reinterpret(magnitude | T.shift_left(c >> T.uint32(3), T.uint32(31)), "float32")

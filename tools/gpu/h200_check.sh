@@ -6,6 +6,8 @@
 #   verify     committed baselines gate a fresh run; the profiler timer; two xdist workers on one GPU
 #   sweep      the sweep on the GPU; everything it writes comes back as $OUT/sweep.tar
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
+#   basic      the basic-ops family (norm, quant, outlier_detection): device tests, memcheck,
+#              benchmarks twice with baselines/memory refreshed; everything as $OUT/basic.tar
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -49,7 +51,22 @@ run_norm() {
     cp -r testing/benchmark_baselines testing/gpu_mem_profiles /tmp/norm/
     tar -C /tmp -cf "$OUT/norm.tar" norm
 }
+run_basic() {
+    local kernels=(norm quant outlier_detection) files=() dir=/tmp/basic
+    mkdir -p $dir
+    for k in "${kernels[@]}"; do files+=("kernels/$k/${k}_test.py"); done
+    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 12 -q -rs 2>&1 \
+      | tee $dir/device_tests.log | tail -25
+    compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest "${files[@]}" "${pytest_args[@]}" \
+      --tl-suite=device -q -k "(fp8 or fp4 or quant) and not 64bit and not 65537 and not 16384 and not 4096" \
+      2>&1 | tee $dir/memcheck.log | tail -4
+    python3 -m testing.benchmark --kernels "$(IFS=,; echo "${kernels[*]}")" --refresh-baselines --refresh-memory \
+      --repeat-runs 2 --json $dir/bench.json 2>&1 | grep -v "TileLang:tilelang" | tee $dir/bench.log | tail -60
+    cp -r testing/benchmark_baselines testing/gpu_mem_profiles $dir/
+    tar -C /tmp -cf "$OUT/basic.tar" basic
+}
 case "$step" in
+  basic) run_basic ;;
   sweep) run_sweep ;;
   norm) run_norm ;;
   final) run_norm; run_sweep ;;

@@ -1,0 +1,123 @@
+"""Interface of `outlier_detection`: per-row absmax and outlier flags, per-column outlier counts.
+
+    absmax, flag, flagged_rows, count = tilelang_ops.detect_outlier_rows(x, threshold)
+    detect_outlier_rows(x, threshold, out=(absmax, flag, flagged_rows, count))   # caller-owned
+    counts = tilelang_ops.count_outlier_columns(x, threshold)
+    count_outlier_columns(x, threshold, out=counts)
+
+x             (T, D) bfloat16 | float16 | float32, D >= 1 (D <= 16384 in row mode); rows may be
+              strided (a view of a wider tensor) but the last dimension must be contiguous.
+threshold     a real number (rounded to float32; NaN rejected; each call then fills a (1,) device
+              tensor, a tiny allocation and fill kernel), or a (1,) float32 tensor on x's device:
+              the kernels read it at run time, so a tuned threshold needs no recompile and a
+              captured CUDA graph sees its current value on every replay.
+Row mode returns (caller-owned buffers via `out`, a 4-tuple in this order, each contiguous):
+  absmax        (T,) float32: max |x| per row, NaN ignored, Inf kept.
+  flag          (T,) torch.bool: the row holds NaN or +-Inf, or absmax > threshold.
+  flagged_rows  (T,) int32: flagged row ids in ascending order, then -1.
+  count         (1,) int32: the number of flagged rows.
+Column mode returns counts (D,) int32 (caller-owned via `out`): per column, the rows with
+|x[i, j]| > threshold (NaN never counts, Inf does). counts is zeroed here, then the kernel adds.
+The exact rules are in kernels/outlier_detection/ref.py (the contract); outputs are bit-exact.
+
+CUDA tensors run the TileLang kernels of the `cuda` backend: row mode is two launches (per-row
+reduction, then a one-block deterministic compaction), column mode a zero fill and one launch; no
+host sync anywhere, so both are CUDA-graph capturable. CPU tensors are served by the PyTorch
+reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
+written. T == 0 launches no kernel: the outputs are empty, and count / counts are zeros (a torch
+fill, or a fresh zeros tensor).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.interface import backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
+from kernels.outlier_detection import ref
+
+__all__ = ["count_outlier_columns", "detect_outlier_rows"]
+
+# torch dtype -> the element type name the backend factories take.
+DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+MAX_D = 16384
+ROW_OUTPUTS = ("absmax", "flag", "flagged_rows", "count")
+
+
+def _check_x(name: str, x, max_width: int | None) -> None:
+    check_rows(name, "x", x, DTYPES, max_width)
+    if x.shape[1] == 0:
+        raise ValueError(f"{name}: x has width 0; at least 1 column is needed")
+
+
+def _check_threshold(name: str, threshold, x: torch.Tensor) -> float | None:
+    """The threshold rounded to fp32, or None when it is already a (1,) float32 tensor on x's device."""
+    if isinstance(threshold, torch.Tensor):
+        check_tensor(name, "threshold", threshold, dtypes=[torch.float32], shape=(1,), like=x)
+        return None
+    return ref.fp32_threshold(threshold, name)
+
+
+def _device_threshold(x: torch.Tensor, threshold, thr32: float | None) -> torch.Tensor:
+    return threshold if thr32 is None else torch.full((1,), thr32, dtype=torch.float32, device=x.device)
+
+
+def _row_outputs(name: str, x: torch.Tensor, out) -> tuple[torch.Tensor, ...]:
+    """The caller's (absmax, flag, flagged_rows, count), validated, or fresh ones."""
+    n = x.shape[0]
+    specs = ((n,), torch.float32), ((n,), torch.bool), ((n,), torch.int32), ((1,), torch.int32)
+    if out is None:
+        return tuple(torch.empty(shape, dtype=dtype, device=x.device) for shape, dtype in specs)
+    if not isinstance(out, (tuple, list)) or len(out) != len(ROW_OUTPUTS):
+        raise TypeError(f"{name}: out must be a tuple ({', '.join(ROW_OUTPUTS)}), got {type(out).__name__}")
+    for field, t, (shape, dtype) in zip(ROW_OUTPUTS, out, specs):
+        check_out(name, f"out.{field}", t, shape, dtype, x)
+    return tuple(out)
+
+
+def detect_outlier_rows(
+    x: torch.Tensor, threshold, *, out: tuple[torch.Tensor, ...] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    name = "detect_outlier_rows"
+    _check_x(name, x, MAX_D)
+    thr32 = _check_threshold(name, threshold, x)
+    absmax, flag, flagged_rows, count = _row_outputs(name, x, out)
+    # The kernels read x and the threshold while they write the outputs (declared non-aliasing).
+    written = {f"out.{field}": t for field, t in zip(ROW_OUTPUTS, (absmax, flag, flagged_rows, count))}
+    read = {"x": x, "threshold": threshold if thr32 is None else None}
+    check_no_overlap(name, written, read)
+    n, d = x.shape
+    if n == 0:
+        count.zero_()
+        return absmax, flag, flagged_rows, count
+    if is_host(x):
+        for dst, src in zip((absmax, flag, flagged_rows, count), ref.outlier_rows_ref(x, threshold)):
+            dst.copy_(src)
+        return absmax, flag, flagged_rows, count
+    tl = backend_ops(name, x)
+    xk, x_stride = dense_rows(x)
+    rows = tl.ops.outlier_rows_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
+    rows(xk, _device_threshold(x, threshold, thr32), absmax, flag)
+    tl.ops.outlier_compact_tl()(flag, flagged_rows, count)
+    return absmax, flag, flagged_rows, count
+
+
+def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    name = "count_outlier_columns"
+    _check_x(name, x, None)
+    thr32 = _check_threshold(name, threshold, x)
+    n, d = x.shape
+    check_out(name, "out", out, (d,), torch.int32, x)
+    check_no_overlap(name, {"out": out}, {"x": x, "threshold": threshold if thr32 is None else None})
+    counts = out if out is not None else torch.empty((d,), dtype=torch.int32, device=x.device)
+    if is_host(x) and n > 0:
+        counts.copy_(ref.outlier_columns_ref(x, threshold))
+        return counts
+    # The kernel adds into counts.
+    counts.zero_()
+    if n == 0:
+        return counts
+    tl = backend_ops(name, x)
+    xk, x_stride = dense_rows(x)
+    columns = tl.ops.outlier_columns_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
+    columns(xk, _device_threshold(x, threshold, thr32), counts)
+    return counts

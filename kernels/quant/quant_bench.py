@@ -1,0 +1,113 @@
+"""Benchmark cases of `quant`: FP8 / FP4 quantisation of bf16 activations and weights, and dequantisation.
+
+Run with ``python -m testing.benchmark --kernels quant`` (or ``bazel run //kernels/quant:quant_bench``).
+
+Peers, timed in the same run with the same timer:
+  torch_eager    the reference function of kernels.quant.ref
+  torch_compile  torch.compile(that function, dynamic=False)
+(The peers return row-major scales; the tma_col case's peers therefore write the same bytes.)
+
+bytes_moved, the minimum DRAM traffic of one call (inputs read + outputs written, scales included):
+  quant_fp8    T*D*2 (x) + T*D (q) + T*(D/g)*4 (scales)
+  quant_fp8_block  N*K*2 + N*K + ceil(N/128)*ceil(K/128)*4
+  quant_fp4    T*D*2 + T*D/2 (packed) + T*D/g (one byte per scale) [+ 4, the global scale]
+  dequant_fp8  T*D (q) + T*(D/g)*4 + T*D*2 (y)
+Every input set has its own x (distinct data, so L2 never serves a previous set's rows; the timer
+rotates through enough sets that their inputs exceed 2 x L2) and its own outputs.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import torch
+
+from testing.benchmark import BenchCase, Workload
+
+KERNEL = "quant"
+BF16 = torch.bfloat16
+
+# (op, T, D, group, options)
+_CASES = [
+    ("fp8", 16384, 7168, 128, {}),
+    ("fp8", 16384, 4096, 128, {}),
+    ("fp8", 16384, 7168, 128, {"scale_layout": "tma_col"}),
+    ("fp8", 16384, 7168, 128, {"ue8m0": True}),
+    ("fp8_block", 7168, 7168, 128, {}),
+    ("fp4_e4m3", 16384, 7168, 16, {}),
+    ("fp4_ue8m0", 16384, 7168, 32, {}),
+    ("dequant_fp8", 16384, 7168, 128, {}),
+] + [("fp8", t, 7168, 128, {}) for t in (1, 8, 64, 256)]
+
+
+def _seed(text: str) -> int:
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def _bytes(op: str, t: int, d: int, g: int) -> tuple[int, int]:
+    """(bytes moved, input bytes) of one call."""
+    if op == "fp8":
+        return t * d * 2 + t * d + t * (d // g) * 4, t * d * 2
+    if op == "fp8_block":
+        return t * d * 3 + -(-t // 128) * -(-d // 128) * 4, t * d * 2
+    if op.startswith("fp4"):
+        extra = 4 if op == "fp4_e4m3" else 0
+        return t * d * 2 + t * d // 2 + t * d // g + extra, t * d * 2 + extra
+    return t * d + t * (d // g) * 4 + t * d * 2, t * d + t * (d // g) * 4  # dequant_fp8
+
+
+def _case(op: str, t: int, d: int, g: int, options: dict) -> BenchCase:
+    suffix = "".join(f"_{k}-{v}" for k, v in sorted(options.items()))
+    case_id = f"{op}_t{t}_d{d}_g{g}{suffix}"
+    compiled: dict[str, Any] = {}  # one torch.compile wrapper per case, created on first use
+    moved, inputs = _bytes(op, t, d, g)
+
+    def make(device: torch.device, k: int) -> Workload:
+        from kernels.quant import api, ref
+
+        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
+        x = torch.randn((t, d), generator=gen, device=device, dtype=BF16)
+        ue8m0 = options.get("ue8m0", False)
+        if op == "fp8":
+            q, s = api.quant_fp8(x, g, **options)
+            fn = lambda: api.quant_fp8(x, g, **options, out=q, scale_out=s)  # noqa: E731
+            reference, args = ref.quant_fp8_ref, (x, g, ue8m0)
+        elif op == "fp8_block":
+            q, s = api.quant_fp8_block(x)
+            fn = lambda: api.quant_fp8_block(x, out=q, scale_out=s)  # noqa: E731
+            reference, args = ref.quant_fp8_block_ref, (x, 128, False)
+        elif op == "fp4_e4m3":
+            gs = api.fp4_global_scale(x)
+            p, s = api.quant_fp4(x, global_scale=gs)
+            fn = lambda: api.quant_fp4(x, global_scale=gs, out=p, scale_out=s)  # noqa: E731
+            reference, args = ref.quant_fp4_e4m3_ref, (x, gs)
+        elif op == "fp4_ue8m0":
+            p, s = api.quant_fp4(x, scale_format="ue8m0")
+            fn = lambda: api.quant_fp4(x, scale_format="ue8m0", out=p, scale_out=s)  # noqa: E731
+            reference, args = ref.quant_fp4_ue8m0_ref, (x,)
+        else:
+            q, s = api.quant_fp8(x, g)
+            y = torch.empty((t, d), dtype=BF16, device=device)
+            fn = lambda: api.dequant_fp8(q, s, g, out=y)  # noqa: E731
+            reference, args = ref.dequant_fp8_ref, (q, s, g)
+        if "fn" not in compiled:
+            compiled["fn"] = torch.compile(reference, dynamic=False)
+        compiled_ref = compiled["fn"]
+        return Workload(
+            fn=fn,
+            peers={"torch_eager": lambda: reference(*args), "torch_compile": lambda: compiled_ref(*args)},
+        )
+
+    return BenchCase(
+        kernel=KERNEL,
+        case_id=case_id,
+        params={"op": op, "T": t, "D": d, "group": g, "dtype": "bfloat16", **options},
+        bytes_moved=moved,
+        make=make,
+        input_bytes=inputs,
+    )
+
+
+def cases() -> list[BenchCase]:
+    return [_case(*spec) for spec in _CASES]
