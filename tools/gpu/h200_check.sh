@@ -7,7 +7,7 @@
 #   sweep      the sweep on the GPU; everything it writes comes back as $OUT/sweep.tar
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
 #   basic      the basic-ops family (norm, quant, outlier_detection): device tests, memcheck,
-#              benchmarks twice with baselines/memory refreshed; everything as $OUT/basic.tar
+#              benchmarks twice with baselines/memory refreshed (as $OUT/baselines.tar)
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -52,8 +52,8 @@ run_norm() {
     tar -C /tmp -cf "$OUT/norm.tar" norm
 }
 run_basic() {
-    local kernels=(norm quant outlier_detection) files=() dir=/tmp/basic
-    mkdir -p $dir
+    # Logs straight into $OUT (they come back even if the call runs out of time), baselines as a tar.
+    local kernels=(norm quant outlier_detection) files=() dir=$OUT
     for k in "${kernels[@]}"; do files+=("kernels/$k/${k}_test.py"); done
     python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 12 -q -rs 2>&1 \
       | tee $dir/device_tests.log | tail -25
@@ -62,8 +62,7 @@ run_basic() {
       2>&1 | tee $dir/memcheck.log | tail -4
     python3 -m testing.benchmark --kernels "$(IFS=,; echo "${kernels[*]}")" --refresh-baselines --refresh-memory \
       --repeat-runs 2 --json $dir/bench.json 2>&1 | grep -v "TileLang:tilelang" | tee $dir/bench.log | tail -60
-    cp -r testing/benchmark_baselines testing/gpu_mem_profiles $dir/
-    tar -C /tmp -cf "$OUT/basic.tar" basic
+    tar -cf "$OUT/baselines.tar" testing/benchmark_baselines testing/gpu_mem_profiles
 }
 case "$step" in
   basic) run_basic ;;
