@@ -704,6 +704,19 @@ def measure_case(
     return record
 
 
+def progress_line(rec: dict[str, Any]) -> str:
+    """One measured case as soon as it is done (a run cut short still leaves its numbers)."""
+    if rec.get("time_us") is None:
+        return f"error: {rec.get('error')}"
+    peers = ", ".join(
+        f"{name} {p['time_us']:.2f} us" if "time_us" in p else f"{name} skipped"
+        for name, p in rec["peers"].items()
+    )
+    pct = rec.get("pct_ceiling")
+    ceiling = f"{pct:.1f}% of ceiling" if pct is not None else "no ceiling"
+    return f"{rec['time_us']:.2f} us, {rec['bandwidth_gbs']:.0f} GB/s, {ceiling}; {peers}"
+
+
 def _cleanup() -> None:
     gc.collect()
     if torch.cuda.is_available():
@@ -880,9 +893,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         recs = []
         for case in cases:
             print(f"  {case.kernel}/{case.case_id} ...", flush=True)
-            recs.append(
-                measure_case(case, device, method=args.method, ceiling_gbs=ceiling, inject_extra_pass=args.inject_extra_pass)
-            )
+            rec = measure_case(case, device, method=args.method, ceiling_gbs=ceiling, inject_extra_pass=args.inject_extra_pass)
+            recs.append(rec)
+            print(f"    {progress_line(rec)}", flush=True)
         runs.append(recs)
     records, spreads = combine_runs(runs)
     for rec in records:

@@ -721,3 +721,12 @@ def test_baseline_of_another_method_counts_as_missing():
     base["k/a"]["method"] = "profiler"
     (rep,) = bm.evaluate([rec], base, {"k/a": {"peak_extra_bytes": 0}}, bm.GateSettings())
     assert rep.time_verdict.status == bm.REGRESSION
+
+
+def test_progress_line_reports_time_bandwidth_peers_and_errors(rng):
+    us, gbs, pct, peer_us = rng.uniform(1, 500), rng.uniform(100, 4000), rng.uniform(1, 99), rng.uniform(1, 500)
+    rec = {"time_us": us, "bandwidth_gbs": gbs, "pct_ceiling": pct, "peers": {"eager": {"time_us": peer_us}, "compiled": {"skipped": "x"}}}
+    assert bm.progress_line(rec) == f"{us:.2f} us, {gbs:.0f} GB/s, {pct:.1f}% of ceiling; eager {peer_us:.2f} us, compiled skipped"
+    rec["pct_ceiling"] = None
+    assert "no ceiling" in bm.progress_line(rec)
+    assert bm.progress_line({"time_us": None, "error": "boom", "peers": {}}) == "error: boom"

@@ -717,7 +717,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
             # Its own buffer: threads may still read `red` when the first lanes publish their amax.
-            red_max = T.alloc_shared((rows, grp.slots, grp.group_warps), "float32")
+            red_max = T.alloc_shared((rows, grp.slots, cfg.warps_per_row), "float32")
             if row < t:
                 load_row(x, row, lane, buf)
                 if residual is not None:
