@@ -6,8 +6,8 @@
 #   verify     committed baselines gate a fresh run; the profiler timer; two xdist workers on one GPU
 #   sweep      the sweep on the GPU; everything it writes comes back as $OUT/sweep.tar
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
-#   basic      the basic-ops family (norm, quant, outlier_detection): device tests, memcheck,
-#              benchmarks twice with baselines/memory refreshed (as $OUT/baselines.tar)
+#   basic-tests  the basic-ops family (norm, quant, outlier_detection): device tests, memcheck
+#   basic-bench  its benchmarks, baselines/memory refreshed (as $OUT/baselines.tar)
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -51,21 +51,29 @@ run_norm() {
     cp -r testing/benchmark_baselines testing/gpu_mem_profiles /tmp/norm/
     tar -C /tmp -cf "$OUT/norm.tar" norm
 }
-run_basic() {
-    # Logs straight into $OUT (they come back even if the call runs out of time), baselines as a tar.
-    local kernels=(norm quant outlier_detection) files=() dir=$OUT
-    for k in "${kernels[@]}"; do files+=("kernels/$k/${k}_test.py"); done
-    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 12 -q -rs 2>&1 \
-      | tee $dir/device_tests.log | tail -25
+# The basic-ops family (norm, quant, outlier_detection). Logs go straight into $OUT, so they come
+# back even when a call runs out of time; each step fits one 10-minute device call on a cold cache.
+BASIC=(norm quant outlier_detection)
+run_basic_tests() {
+    local files=()
+    for k in "${BASIC[@]}"; do files+=("kernels/$k/${k}_test.py"); done
+    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 15 -q -rs 2>&1 \
+      | grep --line-buffered -v "device binding" > "$OUT/device_tests.log"
+    tail -4 "$OUT/device_tests.log"
     compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest "${files[@]}" "${pytest_args[@]}" \
       --tl-suite=device -q -k "(fp8 or fp4 or quant) and not 64bit and not 65537 and not 16384 and not 4096" \
-      2>&1 | tee $dir/memcheck.log | tail -4
-    python3 -m testing.benchmark --kernels "$(IFS=,; echo "${kernels[*]}")" --refresh-baselines --refresh-memory \
-      --repeat-runs 2 --json $dir/bench.json 2>&1 | grep -v "TileLang:tilelang" | tee $dir/bench.log | tail -60
+      > "$OUT/memcheck.log" 2>&1
+    tail -3 "$OUT/memcheck.log"
+}
+run_basic_bench() {
+    python3 -m testing.benchmark --kernels "$(IFS=,; echo "${BASIC[*]}")" --refresh-baselines --refresh-memory \
+      --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+    grep -v "TileLang:tilelang" "$OUT/bench.log" | tail -60
     tar -cf "$OUT/baselines.tar" testing/benchmark_baselines testing/gpu_mem_profiles
 }
 case "$step" in
-  basic) run_basic ;;
+  basic-tests) run_basic_tests ;;
+  basic-bench) run_basic_bench ;;
   sweep) run_sweep ;;
   norm) run_norm ;;
   final) run_norm; run_sweep ;;
