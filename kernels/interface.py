@@ -85,8 +85,18 @@ def check_rows(name: str, arg: str, x, dtypes: Iterable[torch.dtype], max_width:
         raise ValueError(f"{name}: tensors on {x.device} are not supported (cuda, npu or cpu)")
 
 
-def check_out(name: str, arg: str, out, shape: tuple[int, ...], dtype: torch.dtype, like: torch.Tensor) -> None:
-    """A caller-owned output: None, or a contiguous tensor of exactly this shape and dtype on like's device."""
+def check_out(
+    name: str,
+    arg: str,
+    out,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    like: torch.Tensor,
+    strides: tuple[int, ...] | None = None,
+) -> None:
+    """A caller-owned output: None, or a tensor of exactly this shape and dtype on like's device that
+    is contiguous, or, when `strides` is given, has exactly those strides in every dimension of more
+    than one element (an empty tensor has no layout to check)."""
     if out is None:
         return
     if not isinstance(out, torch.Tensor):
@@ -96,8 +106,11 @@ def check_out(name: str, arg: str, out, shape: tuple[int, ...], dtype: torch.dty
             f"{name}: {arg} must be {tuple(shape)} {dtype} on {like.device}, "
             f"got {tuple(out.shape)} {out.dtype} on {out.device}"
         )
-    if not out.is_contiguous():
-        raise ValueError(f"{name}: {arg} must be contiguous")
+    if strides is None:
+        if not out.is_contiguous():
+            raise ValueError(f"{name}: {arg} must be contiguous")
+    elif out.numel() and any(n > 1 and st != want for n, st, want in zip(out.shape, out.stride(), strides)):
+        raise ValueError(f"{name}: {arg} must have strides {tuple(strides)}, got {out.stride()}")
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:

@@ -59,6 +59,7 @@ from kernels.interface import (
     is_host,
 )
 from kernels.norm import ref
+from kernels.quant.formats import empty_scales, scale_strides
 
 __all__ = ["add_rms_norm", "add_rms_norm_fp8", "rms_norm", "rms_norm_fp8"]
 
@@ -66,8 +67,6 @@ __all__ = ["add_rms_norm", "add_rms_norm_fp8", "rms_norm", "rms_norm_fp8"]
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 MAX_D = 16384
 FP8 = torch.float8_e4m3fn
-# DeepGEMM pads the token dimension of column-major scales to 16 bytes (4 fp32) for TMA.
-TMA_ALIGN_ROWS = 4
 
 
 def _check(name: str, x, residual, weight, eps, out) -> float:
@@ -128,27 +127,8 @@ def add_rms_norm(
     return y
 
 
-def tma_padded_rows(n: int) -> int:
-    """T_pad of the "tma_col" scale layout: n rounded up to a multiple of 4."""
-    return -(-n // TMA_ALIGN_ROWS) * TMA_ALIGN_ROWS
-
-
 def _check_scale_out(name: str, scale_out, n: int, groups: int, layout: str, like: torch.Tensor) -> None:
-    if layout == "row" or scale_out is None:
-        check_out(name, "scale_out", scale_out, (n, groups), torch.float32, like)
-        return
-    if not isinstance(scale_out, torch.Tensor):
-        raise TypeError(f"{name}: scale_out must be a torch.Tensor, got {type(scale_out).__name__}")
-    if tuple(scale_out.shape) != (n, groups) or scale_out.dtype != torch.float32 or scale_out.device != like.device:
-        raise ValueError(
-            f"{name}: scale_out must be {(n, groups)} {torch.float32} on {like.device}, "
-            f"got {tuple(scale_out.shape)} {scale_out.dtype} on {scale_out.device}"
-        )
-    pad = tma_padded_rows(n)
-    if (n > 1 and scale_out.stride(0) != 1) or (groups > 1 and scale_out.stride(1) != pad):
-        raise ValueError(
-            f"{name}: scale_out must have the tma_col layout, strides (1, {pad}); got strides {scale_out.stride()}"
-        )
+    check_out(name, "scale_out", scale_out, (n, groups), torch.float32, like, strides=scale_strides(n, layout))
 
 
 def _fp8_options(name: str, d: int, group_size, ue8m0, scale_layout, return_y, y_out) -> int:
@@ -188,11 +168,7 @@ def _fp8_outputs(x, groups, scale_layout, return_y, out, scale_out, y_out):
     """(q, scale, y or None): the caller's buffers, or new ones (scale in the requested layout)."""
     n, d = x.shape
     q = out if out is not None else torch.empty((n, d), dtype=FP8, device=x.device)
-    scale = scale_out
-    if scale is None and scale_layout == "row":
-        scale = torch.empty((n, groups), dtype=torch.float32, device=x.device)
-    elif scale is None:
-        scale = torch.empty((groups, tma_padded_rows(n)), dtype=torch.float32, device=x.device).t()[:n]
+    scale = scale_out if scale_out is not None else empty_scales(n, groups, scale_layout, x.device)
     y = None
     if return_y:
         y = y_out if y_out is not None else torch.empty((n, d), dtype=x.dtype, device=x.device)

@@ -123,6 +123,7 @@ def _fp8_case(t: int, d: int, dt: str, fused: bool, ue8m0: bool, layout: str) ->
 
     def make(device: torch.device, k: int) -> Workload:
         from kernels.norm import api, ref
+        from kernels.quant.formats import empty_scales
 
         reference = ref.add_rms_norm_fp8_ref if fused else ref.rms_norm_fp8_ref
         if not compiled:
@@ -132,10 +133,7 @@ def _fp8_case(t: int, d: int, dt: str, fused: bool, ue8m0: bool, layout: str) ->
         x = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
         w = (1.0 + 0.1 * torch.randn((d,), generator=gen, device=device)).to(dtype)
         q = torch.empty((t, d), device=device, dtype=torch.float8_e4m3fn)
-        if layout == "row":
-            scale = torch.empty((t, d // _FP8_GROUP), device=device, dtype=torch.float32)
-        else:
-            scale = torch.empty((d // _FP8_GROUP, api.tma_padded_rows(t)), device=device, dtype=torch.float32).t()[:t]
+        scale = empty_scales(t, d // _FP8_GROUP, layout, device)
         opts = dict(group_size=_FP8_GROUP, ue8m0=ue8m0, scale_layout=layout, out=q, scale_out=scale)
         if fused:
             residual = torch.randn((t, d), generator=gen, device=device, dtype=dtype)

@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from kernels.norm import api, ref
+from kernels.quant import formats
 from testing.numeric import as_bits, assert_bitwise_equal, poisoned, ulp_distance
 
 DTYPES = list(api.DTYPES)
@@ -501,7 +502,7 @@ def test_fp8_oracle_rounds_like_torch_where_torch_is_exact():
 def _poisoned_scale(t: int, groups: int, layout: str, device="cpu") -> torch.Tensor:
     if layout == "row":
         return poisoned((t, groups), torch.float32, device)
-    return poisoned((groups, api.tma_padded_rows(t)), torch.float32, device).t()[:t]
+    return poisoned((groups, formats.tma_aligned_rows(t)), torch.float32, device).t()[:t]
 
 
 @pytest.mark.ref

@@ -63,12 +63,9 @@ import struct
 import torch
 
 from kernels.quant import formats
-
-# Group sizes of the per-group FP8 output (elements per scale); one scale per token is group = D.
-FP8_GROUPS = (16, 32, 64, 128)
-# Scale layouts: "row" is (T, D / group) row-major; "tma_col" is DeepGEMM's TMA-aligned column-major
-# layout, the same (T, D / group) values with strides (1, T_pad), T_pad = T rounded up to 4.
-SCALE_LAYOUTS = ("row", "tma_col")
+# Group sizes of the per-group FP8 output (one scale per token is group = D) and the scale layouts
+# ("row", "tma_col"): the formats module defines both for every quantising kernel.
+from kernels.quant.formats import FP8_GROUPS, SCALE_LAYOUTS
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     xf = x.float()

@@ -39,6 +39,7 @@ import torch
 
 from kernels.interface import backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
 from kernels.quant import ref
+from kernels.quant.formats import SCALE_LAYOUTS, empty_scales, scale_strides, tma_aligned_rows
 
 __all__ = [
     "dequant_fp4",
@@ -53,7 +54,6 @@ __all__ = [
 # torch dtype -> the element type name the backend factories take.
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 FP8 = torch.float8_e4m3fn
-SCALE_LAYOUTS = ("row", "tma_col")
 SCALE_FORMATS = ("e4m3", "ue8m0")
 MAX_TOKEN_D = 16384
 BLOCK = 128
@@ -87,16 +87,6 @@ def _check_width(name: str, arg: str, x) -> None:
         raise ValueError(f"{name}: {arg} must have at least one column, got shape {tuple(x.shape)}")
 
 
-def _col_strides(t: int) -> tuple[int, int]:
-    return (1, ref.tma_aligned_rows(t))
-
-
-def _alloc_scale(t: int, groups: int, layout: str, device) -> torch.Tensor:
-    if layout == "row":
-        return torch.empty((t, groups), dtype=torch.float32, device=device)
-    return torch.empty((groups, ref.tma_aligned_rows(t)), dtype=torch.float32, device=device).t()[:t]
-
-
 def _check_scale_out(name: str, arg: str, s, shape: tuple[int, int], dtype, like, strides: tuple[int, int] | None) -> None:
     """A caller's scale buffer: exactly `shape` and `dtype` on like's device, contiguous (strides
     None) or with exactly these strides (where a dimension has more than one element; an empty
@@ -108,24 +98,20 @@ def _check_scale_out(name: str, arg: str, s, shape: tuple[int, int], dtype, like
         small = s.shape[0] < shape[0] or s.shape[1] < shape[1]
         what = "is too small" if small else "has the wrong shape"
         raise ValueError(f"{name}: {arg} {what}: expected {shape}, got {tuple(s.shape)}")
-    if strides is None:
-        if not s.is_contiguous():
-            raise ValueError(f"{name}: {arg} must be contiguous, got strides {s.stride()}")
-    elif s.numel() and any(n > 1 and st != want for n, st, want in zip(s.shape, s.stride(), strides)):
-        raise ValueError(f"{name}: {arg} must have strides {strides} (the TMA-aligned column layout), got {s.stride()}")
+    check_out(name, arg, s, shape, dtype, like, strides)
 
 
 def _flat_col(scale: torch.Tensor) -> torch.Tensor:
     """The storage a TMA-aligned column-major (t, g) scale tensor spans, as a 1-D view."""
     t, g = scale.shape
-    return scale.as_strided(((g - 1) * ref.tma_aligned_rows(t) + t,), (1,))
+    return scale.as_strided(((g - 1) * tma_aligned_rows(t) + t,), (1,))
 
 
 def _scale_layout_of(name: str, scale: torch.Tensor, t: int, groups: int) -> str:
     """'row' or 'tma_col' from a (t, groups) fp32 scale tensor's strides (either, when they coincide)."""
     if scale.is_contiguous():
         return "row"
-    want = _col_strides(t)
+    want = scale_strides(t, "tma_col")
     if all(n <= 1 or st == w for n, st, w in zip(scale.shape, scale.stride(), want)):
         return "tma_col"
     raise ValueError(f"{name}: scale must be row-major or have strides {want} (TMA-aligned columns), got {scale.stride()}")
@@ -152,10 +138,10 @@ def quant_fp8(
     _check_choice(name, "scale_layout", scale_layout, SCALE_LAYOUTS)
     groups = d // group
     check_out(name, "out", out, (t, d), FP8, x)
-    _check_scale_out(name, "scale_out", scale_out, (t, groups), torch.float32, x, _col_strides(t) if scale_layout == "tma_col" else None)
+    _check_scale_out(name, "scale_out", scale_out, (t, groups), torch.float32, x, scale_strides(t, scale_layout))
     check_no_overlap(name, {"out": out, "scale_out": scale_out}, {"x": x})
     q = out if out is not None else torch.empty((t, d), dtype=FP8, device=x.device)
-    scale = scale_out if scale_out is not None else _alloc_scale(t, groups, scale_layout, x.device)
+    scale = scale_out if scale_out is not None else empty_scales(t, groups, scale_layout, x.device)
     if t == 0:
         return q, scale
     if is_host(x):

@@ -30,7 +30,7 @@ import tilelang.ascend.language as T
 import tvm
 
 from kernels.quant import tl_formats as F
-from kernels.quant.formats import E2M1_MAX, E4M3_MAX, amax_floor
+from kernels.quant.formats import E2M1_MAX, E4M3_MAX, FP8_GROUPS, SCALE_LAYOUTS, amax_floor
 
 __all__ = [
     "DTYPES",
@@ -50,8 +50,6 @@ __all__ = [
 ]
 
 DTYPES = ("bfloat16", "float16", "float32")
-FP8_GROUPS = (16, 32, 64, 128)
-SCALE_LAYOUTS = ("row", "tma_col")
 BLOCK = 128
 FP8 = "float8_e4m3"
 

@@ -50,7 +50,7 @@ import tilelang.language as T
 import tvm
 
 from kernels.quant import tl_formats as F
-from kernels.quant.formats import E2M1_MAX, E4M3_MAX, amax_floor
+from kernels.quant.formats import E2M1_MAX, E4M3_MAX, FP8_GROUPS, SCALE_LAYOUTS, amax_floor
 
 __all__ = [
     "DTYPES",
@@ -71,8 +71,6 @@ __all__ = [
 ]
 
 DTYPES = ("bfloat16", "float16", "float32")
-FP8_GROUPS = (16, 32, 64, 128)
-SCALE_LAYOUTS = ("row", "tma_col")
 # The per-token kernel keeps a whole row in one block's registers (norm's bound).
 MAX_TOKEN_D = 16384
 BLOCK = 128  # edge of a weight block

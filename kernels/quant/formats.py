@@ -30,6 +30,12 @@ Scale storage:
     scale: scale = 2 ** (byte - 127). ue8m0_round_up keeps scales normal, so bytes are 1..254
     (255 only for an Inf group, whose scale is Inf).
 
+Scale layouts (fp32 scales of a (T, D) tensor, G = D / group per row):
+  * "row": a contiguous (T, G) tensor;
+  * "tma_col": DeepGEMM's TMA-aligned column-major layout, a (T, G) view with strides (1, T_pad) of
+    a (G, T_pad) buffer, T_pad = tma_aligned_rows(T) (T rounded up to 4 fp32 = 16 bytes); the
+    padding rows T..T_pad-1 are never written.
+
 Dequantisation multiplies each decoded value by its scale(s) in fp32 and rounds once to the output
 dtype.
 """
@@ -41,13 +47,18 @@ import torch
 __all__ = [
     "E2M1_MAX",
     "E4M3_MAX",
+    "FP8_GROUPS",
+    "SCALE_LAYOUTS",
     "amax_floor",
     "decode_e2m1",
     "encode_e2m1",
+    "empty_scales",
     "encode_e4m3",
     "group_amax",
     "group_scale",
     "pack_e2m1",
+    "scale_strides",
+    "tma_aligned_rows",
     "ue8m0_exponent",
     "ue8m0_from_exponent",
     "ue8m0_round_up",
@@ -56,6 +67,11 @@ __all__ = [
 
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
+# Elements that share one FP8 scale along a row (besides one scale per token).
+FP8_GROUPS = (16, 32, 64, 128)
+SCALE_LAYOUTS = ("row", "tma_col")
+# DeepGEMM pads the token dimension of column-major scales to 16 bytes (4 fp32) for TMA.
+_TMA_ALIGN_ROWS = 4
 
 # Decision boundaries between neighbouring e2m1 magnitudes (0, 0.5, 1, 1.5, 2, 3, 4, 6), with the
 # code a tie goes to (the even one): (boundary, tie rounds up).
@@ -136,3 +152,20 @@ def pack_e2m1(code: torch.Tensor) -> torch.Tensor:
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     """(..., n) bytes -> (..., 2n) uint8 codes (inverse of pack_e2m1)."""
     return torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)
+
+
+def tma_aligned_rows(t: int) -> int:
+    """T_pad of the "tma_col" scale layout: t rounded up to a multiple of 4."""
+    return -(-t // _TMA_ALIGN_ROWS) * _TMA_ALIGN_ROWS
+
+
+def scale_strides(t: int, layout: str) -> tuple[int, int] | None:
+    """Strides a (t, G) fp32 scale tensor must have: None for "row" (contiguous), (1, T_pad) for "tma_col"."""
+    return None if layout == "row" else (1, tma_aligned_rows(t))
+
+
+def empty_scales(t: int, groups: int, layout: str, device) -> torch.Tensor:
+    """An uninitialised (t, groups) fp32 scale tensor in `layout`."""
+    if layout == "row":
+        return torch.empty((t, groups), dtype=torch.float32, device=device)
+    return torch.empty((groups, tma_aligned_rows(t)), dtype=torch.float32, device=device).t()[:t]

@@ -60,6 +60,7 @@ from __future__ import annotations
 import torch
 
 from kernels.quant import formats
+from kernels.quant.formats import FP8_GROUPS, tma_aligned_rows
 
 __all__ = [
     "FP4_E4M3_GROUP",
@@ -77,18 +78,12 @@ __all__ = [
     "tma_aligned_rows",
 ]
 
-FP8_GROUPS = (16, 32, 64, 128)
 FP4_E4M3_GROUP = 16
 FP4_UE8M0_GROUP = 32
 # The smallest e4m3 subnormal: the lower clamp of an NVFP4 group scale (s8 is never 0).
 _E4M3_MIN_SCALE = 2.0**-9
 # amax of a whole tensor over which the NVFP4 global scale is taken: e2m1 max x e4m3 max.
 _FP4_GLOBAL_MAX = formats.E2M1_MAX * formats.E4M3_MAX
-
-
-def tma_aligned_rows(t: int) -> int:
-    """Rows of DeepGEMM's TMA-aligned column-major fp32 scale layout: t rounded up to 4 (16 bytes)."""
-    return -(-t // 4) * 4
 
 
 def _groups(xf: torch.Tensor, g: int) -> torch.Tensor:
