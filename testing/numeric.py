@@ -74,3 +74,21 @@ def assert_ulp_close(actual: torch.Tensor, expected: torch.Tensor, max_ulp: int,
     dist = ulp_distance(actual, expected)
     worst = int(dist.max()) if dist.numel() else 0
     assert worst <= max_ulp, f"{what}: max ULP distance {worst} > {max_ulp}"
+
+
+def assert_rejected_without_writes(fn, kwargs: dict, error: type, message: str, written) -> None:
+    """fn(**kwargs) raises `error` whose text contains `message` (literally), and none of the `written`
+    tensors (the call's outputs; None and non-CPU entries are skipped) changed a bit."""
+    import re
+
+    import pytest
+
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return as_bits(t.view(torch.uint8) if t.dtype == torch.bool else t).clone()
+
+    watched = [t for t in written if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+    before = [bits(t) for t in watched]
+    with pytest.raises(error, match=re.escape(message)):
+        fn(**kwargs)
+    for t, b in zip(watched, before):
+        assert torch.equal(bits(t), b), "a rejected call wrote into one of its outputs"

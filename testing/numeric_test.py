@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from testing.numeric import as_bits, assert_bitwise_equal, assert_ulp_close, poisoned, ulp_distance
+from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, assert_ulp_close, poisoned, ulp_distance
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn]
 
@@ -50,3 +50,25 @@ def test_ulp_distance_across_zero_and_nan():
     assert int(ulp_distance(torch.tensor([math.nan]), torch.tensor([1.0]))[0]) == 1 << 31
     with pytest.raises(AssertionError, match="max ULP distance"):
         assert_ulp_close(torch.tensor([math.nan]), torch.tensor([math.nan]), max_ulp=4)
+
+
+def _rejecting(write: bool):
+    def fn(out):
+        if write:
+            out.add_(1)
+        raise ValueError("f: out (2, 2) is wrong")
+
+    return fn
+
+
+def test_rejected_without_writes_passes_when_nothing_is_written():
+    out = torch.zeros(2, 2)
+    assert_rejected_without_writes(_rejecting(False), {"out": out}, ValueError, "out (2, 2)", [out, None])
+
+
+def test_rejected_without_writes_catches_a_write_and_a_wrong_message():
+    out = torch.zeros(2, 2)
+    with pytest.raises(AssertionError, match="wrote"):
+        assert_rejected_without_writes(_rejecting(True), {"out": out}, ValueError, "out (2, 2)", [out])
+    with pytest.raises(AssertionError):
+        assert_rejected_without_writes(_rejecting(False), {"out": out}, ValueError, "other text", [out])

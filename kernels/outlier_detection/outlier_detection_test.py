@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernels.outlier_detection import api, ref
-from testing.numeric import as_bits, assert_bitwise_equal, poisoned
+from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 DTYPES = list(api.DTYPES)
 NAN, INF = math.nan, math.inf
@@ -308,13 +308,7 @@ def _written(out) -> list[torch.Tensor]:
 @pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
 def test_bad_input_raises_and_writes_nothing(case):
     _, fn, kwargs, error, message = case
-    written = _written(kwargs.get("out"))
-    bits = lambda t: as_bits(t.view(torch.uint8) if t.dtype == torch.bool else t)  # noqa: E731
-    before = [bits(t).clone() for t in written]
-    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
-        fn(**kwargs)
-    for t, b in zip(written, before):
-        assert torch.equal(bits(t), b), "a rejected call wrote an output"
+    assert_rejected_without_writes(fn, kwargs, error, message, _written(kwargs.get("out")))
 
 
 # ----------------------------------------------------------------------------------------------------
