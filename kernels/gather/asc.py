@@ -41,7 +41,8 @@ import dataclasses
 
 import tilelang
 import tilelang.ascend.language as T
-import tvm
+
+from kernels.static_args import row_elements
 
 __all__ = ["DTYPES", "INDEX_DTYPES", "GatherConfig", "gather_config", "gather_shipped_configs", "gather_tl"]
 
@@ -88,13 +89,7 @@ def _round_up(v: int, to: int) -> int:
 
 def gather_config(D: int, dtype: str, x_stride: int, x_align: int = 16, threads: int | None = None) -> GatherConfig:
     """Derive the tiling from the static arguments; `x_align` and `threads` do not affect it."""
-    if dtype not in DTYPES:
-        raise ValueError(f"gather: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if D < 1:
-        raise ValueError(f"gather: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"gather: x_stride {x_stride} is smaller than D {D}")
-    elem = tvm.DataType(dtype).bits // 8
+    elem = row_elements("gather", D, dtype, DTYPES, x_stride)
     align = _UB_ALIGN_BYTES // elem
     # A row wider than a tile is split into the fewest chunks that fit; rounding the chunk to 32
     # bytes lets every chunk but the last fill its UB row exactly, and the recount keeps every

@@ -24,7 +24,8 @@ import math
 
 import tilelang
 import tilelang.language as T
-import tvm
+
+from kernels.static_args import next_pow2, row_elements
 
 __all__ = ["DTYPES", "INDEX_DTYPES", "GatherConfig", "gather_config", "gather_shipped_configs", "gather_tl"]
 
@@ -64,10 +65,6 @@ class GatherConfig:
         return self.threads_per_row * self.rows_per_block
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << (v - 1).bit_length()
-
-
 def gather_config(
     D: int,
     dtype: str,
@@ -81,15 +78,7 @@ def gather_config(
     `threads` caps the block size and `vectors_per_thread` the vectors per thread (tuning knobs;
     None takes the defaults above).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"gather: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    elem = tvm.DataType(dtype).bits // 8
-    if D < 1:
-        raise ValueError(f"gather: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"gather: x_stride {x_stride} is smaller than D {D}")
-    if x_align not in (1, 2, 4, 8, 16) or x_align < elem:
-        raise ValueError(f"gather: x_align must be a power of two in [{elem}, 16] for {dtype}, got {x_align}")
+    elem = row_elements("gather", D, dtype, DTYPES, x_stride, x_align=x_align)
     if threads is not None and (threads % 32 or not 32 <= threads <= 1024):
         raise ValueError(f"gather: threads must be a multiple of 32 in [32, 1024], got {threads}")
     vpt = vectors_per_thread or _VECTORS_PER_THREAD
@@ -104,7 +93,7 @@ def gather_config(
         # A wide row: whole blocks, as many as the row needs.
         threads_per_row, rows_per_block, col_blocks = block, 1, -(-wanted // block)
     else:
-        threads_per_row = _next_pow2(wanted)
+        threads_per_row = next_pow2(wanted)
         rows_per_block, col_blocks = max(1, block // threads_per_row), 1
     return GatherConfig(
         vector_bytes=vector_bytes,

@@ -59,7 +59,7 @@ from kernels.interface import (
     is_host,
 )
 from kernels.norm import ref
-from kernels.quant.formats import empty_scales, scale_strides
+from kernels.quant.formats import SCALE_LAYOUTS, empty_scales, scale_strides
 
 __all__ = ["add_rms_norm", "add_rms_norm_fp8", "rms_norm", "rms_norm_fp8"]
 
@@ -137,8 +137,8 @@ def _fp8_options(name: str, d: int, group_size, ue8m0, scale_layout, return_y, y
     for arg, value in (("ue8m0", ue8m0), ("return_y", return_y)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: {arg} must be a bool, got {type(value).__name__}")
-    if scale_layout not in ref.SCALE_LAYOUTS:
-        layouts = ", ".join(map(repr, ref.SCALE_LAYOUTS))
+    if scale_layout not in SCALE_LAYOUTS:
+        layouts = ", ".join(map(repr, SCALE_LAYOUTS))
         raise ValueError(f"{name}: scale_layout must be one of {layouts}, got {scale_layout!r}")
     if y_out is not None and not return_y:
         raise ValueError(f"{name}: y_out is given but return_y is False")

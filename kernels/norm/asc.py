@@ -53,8 +53,9 @@ import tilelang
 import tilelang.ascend.language as T
 import tvm
 
-from kernels.norm.ref import FP8_GROUPS, SCALE_LAYOUTS, fp32_eps
-from kernels.quant.formats import E4M3_MAX, amax_floor
+from kernels.norm.ref import FP8_GROUPS, fp32_eps
+from kernels.quant.formats import E4M3_MAX, SCALE_LAYOUTS, amax_floor
+from kernels.static_args import row_elements
 
 __all__ = [
     "DTYPES",
@@ -132,13 +133,7 @@ def norm_config(
     """Derive the tiling from the static arguments (`residual`: the fused variant's, two tiles per
     stage); `x_align`, `threads` and `max_steps` do not affect it.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"norm: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if not 1 <= D <= MAX_D:
-        raise ValueError(f"norm: D must be in [1, {MAX_D}], got {D}")
-    if x_stride < D:
-        raise ValueError(f"norm: x_stride {x_stride} is smaller than D {D}")
-    elem = tvm.DataType(dtype).bits // 8
+    elem = row_elements("norm", D, dtype, DTYPES, x_stride, max_D=MAX_D)
     # Every vector access of a row (64 elements) stays inside the row's UB pitch, and every UB
     # row starts 32-byte aligned (64 elements are 128 or 256 bytes).
     pitch = _round_up(D, _LANES)

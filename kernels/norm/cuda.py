@@ -72,11 +72,11 @@ import math
 
 import tilelang
 import tilelang.language as T
-import tvm
 
-from kernels.norm.ref import FP8_GROUPS, SCALE_LAYOUTS, fp32_eps
-from kernels.quant.formats import E4M3_MAX
+from kernels.norm.ref import FP8_GROUPS, fp32_eps
+from kernels.quant.formats import E4M3_MAX, SCALE_LAYOUTS
 from kernels.quant.tl_formats import abs_max, e4m3_clamp, group_scale
+from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
     "DTYPES",
@@ -139,10 +139,6 @@ class NormConfig:
         return max(1, self.threads_per_row // _WARP)
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << (v - 1).bit_length()
-
-
 def norm_config(
     D: int,
     dtype: str,
@@ -160,15 +156,7 @@ def norm_config(
     `lane_multiple` (1 or a power of two up to 128) rounds a row of more than a warp up to a
     multiple of that many lanes (the default 1 leaves the shape as it always was).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"norm: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if not 1 <= D <= MAX_D:
-        raise ValueError(f"norm: D must be in [1, {MAX_D}], got {D}")
-    if x_stride < D:
-        raise ValueError(f"norm: x_stride {x_stride} is smaller than D {D}")
-    elem = tvm.DataType(dtype).bits // 8
-    if x_align not in (1, 2, 4, 8, 16) or x_align < elem:
-        raise ValueError(f"norm: x_align must be a power of two in [{elem}, 16] for {dtype}, got {x_align}")
+    elem = row_elements("norm", D, dtype, DTYPES, x_stride, max_D=MAX_D, x_align=x_align)
     block = threads or _BLOCK_THREADS
     if block & (block - 1) or not _WARP <= block <= _MAX_THREADS:
         raise ValueError(f"norm: threads must be a power of two in [32, 1024], got {block}")
@@ -190,7 +178,7 @@ def norm_config(
     # `lane_multiple` (a power of two up to 128) makes rows of more than a warp take a multiple of
     # that many lanes: the FP8 variant's groups must not straddle two steps.
     unit = max(_WARP, lane_multiple)
-    threads_per_row = _next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // unit) * unit)
+    threads_per_row = next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // unit) * unit)
     rows_per_block = max(1, block // threads_per_row)
     threads = threads_per_row * rows_per_block
     return NormConfig(

@@ -1220,7 +1220,7 @@ def test_ascend_fp8_tiles_fit_for_every_width():
 
     for dtype in asc.DTYPES:
         for residual in (False, True):
-            for layout in ref.SCALE_LAYOUTS:
+            for layout in formats.SCALE_LAYOUTS:
                 for d in range(1, asc.MAX_D + 1):
                     for group in [d] + [g for g in ref.FP8_GROUPS if d % g == 0]:
                         _, fp8 = asc.fp8_config(d, dtype, d, group, layout, residual=residual)

@@ -63,9 +63,11 @@ import struct
 import torch
 
 from kernels.quant import formats
-# Group sizes of the per-group FP8 output (one scale per token is group = D) and the scale layouts
-# ("row", "tma_col"): the formats module defines both for every quantising kernel.
-from kernels.quant.formats import FP8_GROUPS, SCALE_LAYOUTS
+
+# Group sizes of the per-group FP8 output (one scale per token is group = D): formats defines them
+# for every quantising kernel.
+FP8_GROUPS = formats.FP8_GROUPS
+
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     xf = x.float()

@@ -50,7 +50,8 @@ import dataclasses
 
 import tilelang
 import tilelang.ascend.language as T
-import tvm
+
+from kernels.static_args import row_elements
 
 __all__ = [
     "DTYPES",
@@ -91,17 +92,6 @@ def _round_up(v: int, to: int) -> int:
     return -(-v // to) * to
 
 
-def _check(D: int, dtype: str, x_stride: int) -> int:
-    """Element bytes, after validating the static arguments."""
-    if dtype not in DTYPES:
-        raise ValueError(f"outlier_detection: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if D < 1:
-        raise ValueError(f"outlier_detection: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"outlier_detection: x_stride {x_stride} is smaller than D {D}")
-    return tvm.DataType(dtype).bits // 8
-
-
 @dataclasses.dataclass(frozen=True)
 class RowsConfig:
     """The static tiling of one Ascend row-mode kernel."""
@@ -114,7 +104,7 @@ class RowsConfig:
 
 def rows_config(D: int, dtype: str, x_stride: int, x_align: int = 16) -> RowsConfig:
     """The tiling of the row mode; `x_align` does not affect it."""
-    elem = _check(D, dtype, x_stride)
+    elem = row_elements("outlier_detection", D, dtype, DTYPES, x_stride)
     if D > MAX_D:
         raise ValueError(f"outlier_detection: D must be at most {MAX_D} in row mode, got {D}")
     pitch = _round_up(D, _LANES)
@@ -137,7 +127,7 @@ class ColumnsConfig:
 
 def columns_config(D: int, dtype: str, x_stride: int, x_align: int = 16) -> ColumnsConfig:
     """The tiling of the column mode; `x_align` does not affect it."""
-    elem = _check(D, dtype, x_stride)
+    elem = row_elements("outlier_detection", D, dtype, DTYPES, x_stride)
     # Enough chunks for every core when D allows, each a whole number of registers.
     chunk = min(_MAX_CHUNK, _round_up(-(-D // _VECTOR_CORES), _LANES))
     return ColumnsConfig(

@@ -46,7 +46,8 @@ import math
 
 import tilelang
 import tilelang.language as T
-import tvm
+
+from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
     "DTYPES",
@@ -87,21 +88,9 @@ _COLUMN_ROWS_PER_THREAD = 64
 _COLUMN_ROWS_IN_FLIGHT = 8
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << (v - 1).bit_length()
-
-
 def _vector_bytes(D: int, dtype: str, x_stride: int, x_align: int) -> tuple[int, int]:
     """(element bytes, vector bytes): every row start and the base pointer are vector-aligned."""
-    if dtype not in DTYPES:
-        raise ValueError(f"outlier_detection: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if D < 1:
-        raise ValueError(f"outlier_detection: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"outlier_detection: x_stride {x_stride} is smaller than D {D}")
-    elem = tvm.DataType(dtype).bits // 8
-    if x_align not in (1, 2, 4, 8, 16) or x_align < elem:
-        raise ValueError(f"outlier_detection: x_align must be a power of two in [{elem}, 16] for {dtype}, got {x_align}")
+    elem = row_elements("outlier_detection", D, dtype, DTYPES, x_stride, x_align=x_align)
     return elem, math.gcd(D * elem, x_stride * elem, x_align, _MAX_VECTOR_BYTES)
 
 
@@ -133,7 +122,7 @@ def rows_config(D: int, dtype: str, x_stride: int, x_align: int = 16) -> RowsCon
     # Rows of a warp or more take whole warps (at most a block: only rows of narrow vectors need
     # more steps then, up to 16 vectors of 2 or 4 bytes); shorter rows a power-of-two group of
     # lanes, so the shuffle butterfly stays inside the group.
-    threads_per_row = _next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
+    threads_per_row = next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
     return RowsConfig(
         vector_elems=vector_bytes // elem,
         row_vectors=row_vectors,
@@ -166,7 +155,7 @@ def columns_config(D: int, dtype: str, x_stride: int, x_align: int = 16) -> Colu
     elem, vector_bytes = _vector_bytes(D, dtype, x_stride, x_align)
     row_vectors = D * elem // vector_bytes
     # Narrow rows put several row lanes in a block so it still has 128 threads.
-    col_threads = min(_COLUMN_THREADS, _next_pow2(row_vectors))
+    col_threads = min(_COLUMN_THREADS, next_pow2(row_vectors))
     return ColumnsConfig(
         vector_elems=vector_bytes // elem,
         row_vectors=row_vectors,

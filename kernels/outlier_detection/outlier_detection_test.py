@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernels.outlier_detection import api, ref
-from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 DTYPES = list(api.DTYPES)
 NAN, INF = math.nan, math.inf

@@ -27,10 +27,10 @@ import dataclasses
 
 import tilelang
 import tilelang.ascend.language as T
-import tvm
 
 from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX, FP8_GROUPS, SCALE_LAYOUTS, amax_floor
+from kernels.static_args import row_elements
 
 __all__ = [
     "DTYPES",
@@ -86,16 +86,6 @@ def tile_config(D: int, group: int, elem: int) -> TileConfig:
     groups = D // group
     threads = min(_SIMT_THREADS, rows * groups)
     return TileConfig(rows=rows, groups=groups, threads=threads, rounds=-(-rows * groups // threads))
-
-
-def _check(name: str, D: int, dtype: str, x_stride: int) -> int:
-    if dtype not in DTYPES:
-        raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if D < 1:
-        raise ValueError(f"{name}: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"{name}: x_stride {x_stride} is smaller than D {D}")
-    return tvm.DataType(dtype).bits // 8
 
 
 def _check_layout(name: str, layout: str) -> None:
@@ -171,7 +161,7 @@ def _scale_param(layout: str, t, groups: int):
 
 
 def _fp8_row_kernel(name: str, D: int, group: int, dtype: str, ue8m0: bool, layout: str, x_stride: int):
-    elem = _check(name, D, dtype, x_stride)
+    elem = row_elements(name, D, dtype, DTYPES, x_stride)
     _check_layout(name, layout)
     cfg = tile_config(D, group, elem)
     t = T.dynamic("t")
@@ -235,7 +225,7 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
 
 
 def _fp4_row_kernel(name: str, D: int, dtype: str, x_stride: int, nvfp4: bool):
-    elem = _check(name, D, dtype, x_stride)
+    elem = row_elements(name, D, dtype, DTYPES, x_stride)
     group = 16 if nvfp4 else 32
     if D % group:
         raise ValueError(f"{name}: D {D} is not a multiple of the group size {group}")
@@ -324,7 +314,7 @@ def quant_fp4_ue8m0_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
 @tilelang.jit(target="ascend")
 def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_align: int = 16):
     """Ascend kernel(w, q, scale): FP8 e4m3 per 128 x 128 block (`x_align` ignored)."""
-    elem = _check("quant_fp8_block", K, dtype, w_stride)
+    elem = row_elements("quant_fp8_block", K, dtype, DTYPES, w_stride)
     n = T.dynamic("n")
     kb = -(-K // BLOCK)
 

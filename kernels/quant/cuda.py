@@ -47,10 +47,10 @@ import math
 
 import tilelang
 import tilelang.language as T
-import tvm
 
 from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX, FP8_GROUPS, SCALE_LAYOUTS, amax_floor
+from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
     "DTYPES",
@@ -111,22 +111,6 @@ class RowConfig:
         return self.chunk // self.vector_elems
 
 
-def _next_pow2(v: int) -> int:
-    return 1 << (v - 1).bit_length()
-
-
-def _check_common(name: str, D: int, dtype: str, x_stride: int, x_align: int) -> int:
-    if dtype not in DTYPES:
-        raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if D < 1:
-        raise ValueError(f"{name}: D must be >= 1, got {D}")
-    if x_stride < D:
-        raise ValueError(f"{name}: x_stride {x_stride} is smaller than D {D}")
-    if x_align not in (1, 2, 4, 8, 16):
-        raise ValueError(f"{name}: x_align must be a power of two in [1, 16], got {x_align}")
-    return tvm.DataType(dtype).bits // 8
-
-
 def row_config(D: int, group: int, elem: int, x_stride: int, x_align: int, *, min_chunk: int = 1, token: bool = False) -> RowConfig:
     """Launch shape of a row kernel over (t, D) rows of `elem`-byte elements (the widest operand).
 
@@ -147,12 +131,12 @@ def row_config(D: int, group: int, elem: int, x_stride: int, x_align: int, *, mi
     wanted = -(-row_chunks // steps_cap)
     if token:
         # Whole row in one block: shuffles within a power-of-two lane group, or whole warps.
-        threads_per_row = _next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
+        threads_per_row = next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
         col_blocks = 1
     elif wanted > _BLOCK_THREADS:
         threads_per_row, col_blocks = _BLOCK_THREADS, -(-wanted // _BLOCK_THREADS)
     else:
-        threads_per_row, col_blocks = max(group_lanes, _next_pow2(wanted)), 1
+        threads_per_row, col_blocks = max(group_lanes, next_pow2(wanted)), 1
     rows_per_block = max(1, _BLOCK_THREADS // threads_per_row)
     return RowConfig(
         vector_elems=vec,
@@ -287,7 +271,7 @@ def _check_layout(name: str, layout: str) -> None:
 @tilelang.jit
 def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
     """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128)."""
-    elem = _check_common("quant_fp8_group", D, dtype, x_stride, x_align)
+    elem = row_elements("quant_fp8_group", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_group", scale_layout)
     if group not in FP8_GROUPS or D % group:
         raise ValueError(f"quant_fp8_group: group must be one of {FP8_GROUPS} and divide D {D}, got {group}")
@@ -334,7 +318,7 @@ def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout
 @tilelang.jit
 def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
     """Compiled kernel(x, q, scale): per-token FP8 e4m3 quantisation (one scale per row)."""
-    elem = _check_common("quant_fp8_token", D, dtype, x_stride, x_align)
+    elem = row_elements("quant_fp8_token", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_token", scale_layout)
     if D > MAX_TOKEN_D:
         raise ValueError(f"quant_fp8_token: D must be <= {MAX_TOKEN_D}, got {D}")
@@ -405,7 +389,7 @@ def _fp4_factory(name: str, nvfp4: bool):
     scale_dtype = FP8 if nvfp4 else "uint8"
 
     def build(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
-        elem = _check_common(name, D, dtype, x_stride, x_align)
+        elem = row_elements(name, D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
         if D % group:
             raise ValueError(f"{name}: D {D} is not a multiple of the group size {group}")
         cfg = row_config(D, group, elem, x_stride, x_align, min_chunk=2)
@@ -500,7 +484,7 @@ def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_alig
     vector each, 256 / lanes rows at a time, `passes` times; every load is issued first, the amax
     is reduced by shuffles within each warp and one shared-memory exchange across the 8 warps.
     """
-    elem = _check_common("quant_fp8_block", K, dtype, w_stride, x_align)
+    elem = row_elements("quant_fp8_block", K, dtype, DTYPES, w_stride, x_align=x_align, align_below_element=True)
     vec = math.gcd(K * elem, w_stride * elem, max(x_align, elem), _MAX_VECTOR_BYTES) // elem
     lanes = BLOCK // vec
     rows_per_pass = _BLOCK_THREADS // lanes
@@ -557,10 +541,7 @@ def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_alig
 
 
 def _dequant_config(name: str, D: int, x_align: int, min_chunk: int) -> RowConfig:
-    if D < 1:
-        raise ValueError(f"{name}: D must be >= 1, got {D}")
-    if x_align not in (1, 2, 4, 8, 16):
-        raise ValueError(f"{name}: x_align must be a power of two in [1, 16], got {x_align}")
+    row_elements(name, D, "bfloat16", ["bfloat16"], D, x_align=x_align, align_below_element=True)
     # Vectors are sized by the bf16 output (the widest operand); element-wise, so a group of 1.
     return row_config(D, 1, 2, D, x_align, min_chunk=min_chunk)
 

@@ -38,8 +38,8 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [
     py_library(name = "init", srcs = ["__init__.py"], imports = [_ROOT], deps = ["//kernels:init"])
     py_library(name = "ref", srcs = ["ref.py"], imports = [_ROOT], deps = [":init", torch] + ref_deps)
     # Backends may share the reference's contract-level helpers (e.g. how a parameter is rounded).
-    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang] + backend_deps)
-    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", ":ref", tilelang] + backend_deps)
+    py_library(name = "cuda", srcs = ["cuda.py"], imports = [_ROOT], deps = [":init", ":ref", "//kernels:static_args", tilelang] + backend_deps)
+    py_library(name = "asc", srcs = ["asc.py"], imports = [_ROOT], deps = [":init", ":ref", "//kernels:static_args", tilelang] + backend_deps)
 
     # The interface reaches backends only through tilelang_ops (which depends on it), never directly.
     py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", "//kernels:interface", torch] + api_deps)
