@@ -53,7 +53,8 @@ run_norm() {
 }
 # The basic-ops family (norm, quant, outlier_detection). Logs go straight into $OUT, so they come
 # back even when a call runs out of time; each step fits one 10-minute device call on a cold cache.
-BASIC=(norm quant outlier_detection)
+# KERNELS="quant" narrows either step (a cold benchmark of all three may not fit one call).
+read -r -a BASIC <<< "${KERNELS:-norm quant outlier_detection}"
 run_basic_tests() {
     local files=()
     for k in "${BASIC[@]}"; do files+=("kernels/$k/${k}_test.py"); done
