@@ -62,8 +62,6 @@ def e2m1_code(v):
     return code | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
 
 
-
-
 def ue8m0_value(byte):
     """fp32 power of two 2 ** (byte - 127) of a uint8 exponent (formats.ue8m0_from_exponent)."""
     return T.reinterpret(T.shift_left(T.cast(byte, "uint32"), T.uint32(23)), "float32")
