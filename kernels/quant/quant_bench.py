@@ -111,3 +111,17 @@ def _case(op: str, t: int, d: int, g: int, options: dict) -> BenchCase:
 
 def cases() -> list[BenchCase]:
     return [_case(*spec) for spec in _CASES]
+
+
+# The sweep scans decode batches up to this many requests.
+SWEEP_MAX_BATCH = 1024
+# DeepSeek-V3's activation quantisation ahead of its FP8 GEMMs: groups of 128 along the hidden size.
+_SWEEP_GROUP = 128
+
+
+def sweep_case(batch: int, model_config: Any, device: torch.device) -> BenchCase:
+    """The per-token-group FP8 cast of one decode step with ``batch`` requests, for tools/sweep.py:
+    every token of the step (batch x ``model_config.tokens_per_request``) at ``model_config.hidden``
+    (a multiple of 128 for every model it serves); the input set is built where the case runs."""
+    del device
+    return _case("fp8", batch * model_config.tokens_per_request, model_config.hidden, _SWEEP_GROUP, {})
