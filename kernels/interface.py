@@ -16,6 +16,8 @@ __all__ = [
     "INDEX_DTYPES",
     "backend_ops",
     "base_alignment",
+    "check_choice",
+    "check_flag",
     "check_out",
     "check_no_overlap",
     "check_rows",
@@ -68,6 +70,18 @@ def check_tensor(
         raise ValueError(f"{name}: {arg} is on {t.device} but the input is on {like.device}")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name}: {arg} must be contiguous, got strides {t.stride()}")
+
+
+def check_flag(name: str, arg: str, value) -> None:
+    """A static option that must be a bool (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: {arg} must be a bool, got {type(value).__name__}")
+
+
+def check_choice(name: str, arg: str, value, choices) -> None:
+    """A static option that must be one of the strings in `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: {arg} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_rows(name: str, arg: str, x, dtypes: Iterable[torch.dtype], max_width: int | None = None) -> None:

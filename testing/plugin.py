@@ -7,6 +7,7 @@ Options:
 
 Behaviour:
   * every test starts with torch's RNG seeded from its own seed (fixture `seed` gives the value);
+  * fixture `no_kernel_launches` makes any kernel lookup through tilelang_ops.ops fail the test;
   * KernelUnavailableError raised by a test becomes a skip carrying the error's message;
   * `device` tests skip with a reason when the backend's accelerator is absent;
   * at session start, the standard library's `platform` module is checked to be the real one;
@@ -112,6 +113,19 @@ def _seeded_rng(seed):
 
     torch.manual_seed(seed)
     yield
+
+
+@pytest.fixture
+def no_kernel_launches(monkeypatch):
+    """tilelang_ops.ops raises on every factory lookup for the test's duration: an input that must
+    launch nothing (an empty batch) fails the test if the interface reaches for a kernel."""
+    import tilelang_ops
+
+    class NoKernels:
+        def __getattr__(self, name):
+            raise AssertionError(f"an empty input must not build or launch {name}")
+
+    monkeypatch.setattr(tilelang_ops, "ops", NoKernels())
 
 
 @pytest.fixture(scope="session")

@@ -88,3 +88,18 @@ def test_accelerator_missing_explains_itself_on_this_host(backend):
         assert (reason is None) == torch.cuda.is_available()
     if reason is not None:
         assert backend in ("cuda", "asc") and len(reason) > 10
+
+
+def test_no_kernel_launches_fails_a_test_that_reaches_for_a_kernel(pytester):
+    source = """
+import tilelang_ops
+
+def test_launches(no_kernel_launches):
+    tilelang_ops.ops.gather_tl
+
+def test_quiet(no_kernel_launches):
+    pass
+"""
+    result = _run(pytester, source)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*an empty input must not build or launch gather_tl*"])

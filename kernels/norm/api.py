@@ -51,6 +51,8 @@ import torch
 from kernels.interface import (
     backend_ops,
     base_alignment,
+    check_choice,
+    check_flag,
     check_no_overlap,
     check_out,
     check_rows,
@@ -134,12 +136,9 @@ def _check_scale_out(name: str, scale_out, n: int, groups: int, layout: str, lik
 def _fp8_options(name: str, d: int, group_size, ue8m0, scale_layout, return_y, y_out) -> int:
     """Validates the FP8 options; returns the group (elements per scale; d per token)."""
     group = ref.fp8_group(d, group_size, name)
-    for arg, value in (("ue8m0", ue8m0), ("return_y", return_y)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name}: {arg} must be a bool, got {type(value).__name__}")
-    if scale_layout not in SCALE_LAYOUTS:
-        layouts = ", ".join(map(repr, SCALE_LAYOUTS))
-        raise ValueError(f"{name}: scale_layout must be one of {layouts}, got {scale_layout!r}")
+    check_flag(name, "ue8m0", ue8m0)
+    check_flag(name, "return_y", return_y)
+    check_choice(name, "scale_layout", scale_layout, SCALE_LAYOUTS)
     if y_out is not None and not return_y:
         raise ValueError(f"{name}: y_out is given but return_y is False")
     return group
@@ -175,7 +174,7 @@ def _fp8_outputs(x, groups, scale_layout, return_y, out, scale_out, y_out):
     return q, scale, y
 
 
-def _fp8_launch(name, factory, x, residual, weight, eps32, group, ue8m0, scale_layout, q, scale, y):
+def _fp8_launch(name, x, residual, weight, eps32, group, ue8m0, scale_layout, q, scale, y):
     """Dispatches one FP8 kernel on x's device (n >= 1, d >= 1)."""
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
@@ -184,7 +183,8 @@ def _fp8_launch(name, factory, x, residual, weight, eps32, group, ue8m0, scale_l
     operands = [t for t in (xk, weight, residual, y) if t is not None]
     align = min(base_alignment(*operands), base_alignment(q) * x.element_size(), 16)
     static = dict(ue8m0=ue8m0, scale_layout=scale_layout, with_y=y is not None, x_align=align)
-    kernel = getattr(tl.ops, factory)(x.shape[1], DTYPES[x.dtype], eps32, x_stride, group, **static)
+    factory = tl.ops.rmsnorm_fp8_tl if residual is None else tl.ops.add_rmsnorm_fp8_tl
+    kernel = factory(x.shape[1], DTYPES[x.dtype], eps32, x_stride, group, **static)
     # "tma_col" kernels take the (groups, T) transpose, whose row stride is T_pad.
     scale_k = scale if scale_layout == "row" else scale.t()
     inputs = [xk] if residual is None else [xk, residual]
@@ -204,19 +204,9 @@ def rms_norm_fp8(
     scale_out: torch.Tensor | None = None,
     y_out: torch.Tensor | None = None,
 ):
-    name = "rms_norm_fp8"
-    eps32, group, groups = _check_fp8(
-        name, x, None, weight, eps, group_size, ue8m0, scale_layout, return_y, out, scale_out, y_out
+    return _norm_fp8(
+        "rms_norm_fp8", x, None, weight, eps, group_size, ue8m0, scale_layout, return_y, out, scale_out, y_out
     )
-    q, scale, y = _fp8_outputs(x, groups, scale_layout, return_y, out, scale_out, y_out)
-    n, d = x.shape
-    if n and d:
-        if is_host(x):
-            q_ref, scale_ref, y_ref = ref.rms_norm_fp8_ref(x, weight, eps32, group, ue8m0)
-            _copy_results(q, scale, y, q_ref, scale_ref, y_ref)
-        else:
-            _fp8_launch(name, "rmsnorm_fp8_tl", x, None, weight, eps32, group, ue8m0, scale_layout, q, scale, y)
-    return (q, scale, y) if return_y else (q, scale)
 
 
 def add_rms_norm_fp8(
@@ -233,7 +223,14 @@ def add_rms_norm_fp8(
     scale_out: torch.Tensor | None = None,
     y_out: torch.Tensor | None = None,
 ):
-    name = "add_rms_norm_fp8"
+    return _norm_fp8(
+        "add_rms_norm_fp8", x, residual, weight, eps, group_size, ue8m0, scale_layout, return_y, out, scale_out, y_out
+    )
+
+
+def _norm_fp8(name, x, residual, weight, eps, group_size, ue8m0, scale_layout, return_y, out, scale_out, y_out):
+    """Both FP8 functions (residual None: the plain norm): validate, allocate, then the reference on
+    the host or the backend's kernel."""
     eps32, group, groups = _check_fp8(
         name, x, residual, weight, eps, group_size, ue8m0, scale_layout, return_y, out, scale_out, y_out
     )
@@ -241,15 +238,19 @@ def add_rms_norm_fp8(
     n, d = x.shape
     if n and d:
         if is_host(x):
-            s, q_ref, scale_ref, y_ref = ref.add_rms_norm_fp8_ref(x, residual, weight, eps32, group, ue8m0)
-            residual.copy_(s)
-            _copy_results(q, scale, y, q_ref, scale_ref, y_ref)
+            _fp8_reference(x, residual, weight, eps32, group, ue8m0, q, scale, y)
         else:
-            _fp8_launch(name, "add_rmsnorm_fp8_tl", x, residual, weight, eps32, group, ue8m0, scale_layout, q, scale, y)
+            _fp8_launch(name, x, residual, weight, eps32, group, ue8m0, scale_layout, q, scale, y)
     return (q, scale, y) if return_y else (q, scale)
 
 
-def _copy_results(q, scale, y, q_ref, scale_ref, y_ref) -> None:
+def _fp8_reference(x, residual, weight, eps32, group, ue8m0, q, scale, y) -> None:
+    """The reference's results copied into the outputs (and the residual sum into residual)."""
+    if residual is None:
+        q_ref, scale_ref, y_ref = ref.rms_norm_fp8_ref(x, weight, eps32, group, ue8m0)
+    else:
+        s, q_ref, scale_ref, y_ref = ref.add_rms_norm_fp8_ref(x, residual, weight, eps32, group, ue8m0)
+        residual.copy_(s)
     q.copy_(q_ref)
     scale.copy_(scale_ref)
     if y is not None:

@@ -536,14 +536,7 @@ def test_device_64bit_offsets(device):
 
 
 @pytest.mark.device
-def test_device_empty_batch_launches_nothing(device, monkeypatch):
-    import tilelang_ops
-
-    class NoKernels:
-        def __getattr__(self, name):
-            raise AssertionError(f"T == 0 must not build or launch {name}")
-
-    monkeypatch.setattr(tilelang_ops, "ops", NoKernels())
+def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     x = random_rows(0, 7168, torch.bfloat16, device=device)
     out = _row_outputs(0, device)
     assert api.detect_outlier_rows(x, 1.0, out=out)[3].tolist() == [0]

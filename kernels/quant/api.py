@@ -37,7 +37,18 @@ from __future__ import annotations
 
 import torch
 
-from kernels.interface import backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
+from kernels.interface import (
+    backend_ops,
+    base_alignment,
+    check_choice,
+    check_flag,
+    check_no_overlap,
+    check_out,
+    check_rows,
+    check_tensor,
+    dense_rows,
+    is_host,
+)
 from kernels.quant import ref
 from kernels.quant.formats import SCALE_LAYOUTS, empty_scales, scale_strides, tma_aligned_rows
 
@@ -72,14 +83,9 @@ def _check_group(name: str, group_size, d: int) -> int:
     return group_size
 
 
-def _check_choice(name: str, arg: str, value, choices) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}: {arg} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-
-
-def _check_flag(name: str, arg: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}: {arg} must be a bool, got {type(value).__name__}")
+def _check_block(name: str, block) -> None:
+    if block != BLOCK or isinstance(block, bool):
+        raise ValueError(f"{name}: block must be {BLOCK}, got {block!r}")
 
 
 def _check_width(name: str, arg: str, x) -> None:
@@ -134,8 +140,8 @@ def quant_fp8(
     token = group_size is None
     if token and d > MAX_TOKEN_D and not is_host(x):
         raise ValueError(f"{name}: x has width {d}; per-token scales support at most {MAX_TOKEN_D}")
-    _check_flag(name, "ue8m0", ue8m0)
-    _check_choice(name, "scale_layout", scale_layout, SCALE_LAYOUTS)
+    check_flag(name, "ue8m0", ue8m0)
+    check_choice(name, "scale_layout", scale_layout, SCALE_LAYOUTS)
     groups = d // group
     check_out(name, "out", out, (t, d), FP8, x)
     _check_scale_out(name, "scale_out", scale_out, (t, groups), torch.float32, x, scale_strides(t, scale_layout))
@@ -201,9 +207,8 @@ def quant_fp8_block(
     name = "quant_fp8_block"
     check_rows(name, "w", w, DTYPES)
     _check_width(name, "w", w)
-    if block != BLOCK or isinstance(block, bool):
-        raise ValueError(f"{name}: block must be {BLOCK}, got {block!r}")
-    _check_flag(name, "ue8m0", ue8m0)
+    _check_block(name, block)
+    check_flag(name, "ue8m0", ue8m0)
     n, k = w.shape
     shape = (-(-n // BLOCK), -(-k // BLOCK))
     check_out(name, "out", out, (n, k), FP8, w)
@@ -232,8 +237,7 @@ def dequant_fp8_block(
     check_tensor(name, "q", q, dtypes=[FP8], dim=2, contiguous=True)
     check_rows(name, "q", q, [FP8])
     _check_width(name, "q", q)
-    if block != BLOCK or isinstance(block, bool):
-        raise ValueError(f"{name}: block must be {BLOCK}, got {block!r}")
+    _check_block(name, block)
     n, k = q.shape
     shape = (-(-n // BLOCK), -(-k // BLOCK))
     check_tensor(name, "scale", scale, dtypes=[torch.float32], shape=shape, like=q, contiguous=True)
@@ -282,7 +286,7 @@ def quant_fp4(
     name = "quant_fp4"
     check_rows(name, "x", x, DTYPES)
     _check_width(name, "x", x)
-    _check_choice(name, "scale_format", scale_format, SCALE_FORMATS)
+    check_choice(name, "scale_format", scale_format, SCALE_FORMATS)
     group, scale_dtype = _fp4_group(scale_format)
     t, d = x.shape
     if d % group:

@@ -752,14 +752,7 @@ def test_device_64bit_offsets(device):
 
 
 @pytest.mark.device
-def test_device_empty_batch_launches_nothing(device, monkeypatch):
-    import tilelang_ops
-
-    class NoKernels:
-        def __getattr__(self, name):
-            raise AssertionError(f"T == 0 must not build or launch {name}")
-
-    monkeypatch.setattr(tilelang_ops, "ops", NoKernels())
+def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     x = random_rows(0, 7168, torch.bfloat16, device=device)
     q, s = api.quant_fp8(x, 128)
     assert q.shape == (0, 7168) and api.dequant_fp8(q, s, 128).shape == (0, 7168)
