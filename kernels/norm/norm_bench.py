@@ -45,6 +45,30 @@ def _seed(text: str) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
+def _inputs(key: str, t: int, d: int, dtype: torch.dtype, fused: bool, device: torch.device):
+    """(x, residual or None, weight): one input set, drawn from a generator seeded by `key` (x, then
+    the weight, then the residual)."""
+    gen = torch.Generator(device=device).manual_seed(_seed(key))
+    x = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn((d,), generator=gen, device=device)).to(dtype)
+    residual = torch.randn((t, d), generator=gen, device=device, dtype=dtype) if fused else None
+    return x, residual, w
+
+
+def _operands(x, residual, w) -> tuple:
+    """The reference's leading arguments: (x, w), or (x, residual, w) for the fused variant."""
+    return (x, w) if residual is None else (x, residual, w)
+
+
+def _peers(compiled: list, reference, *args) -> dict:
+    """torch eager and torch.compile of `reference` on args; the compiled wrapper is made once per
+    case (kept in `compiled`)."""
+    if not compiled:
+        compiled.append(torch.compile(reference, dynamic=False))
+    compiled_ref = compiled[0]
+    return {"torch_eager": lambda: reference(*args), "torch_compile": lambda: compiled_ref(*args)}
+
+
 def _case(t: int, d: int, dt: str, fused: bool) -> BenchCase:
     dtype = _DTYPES[dt]
     elem = torch.empty((), dtype=dtype).element_size()
@@ -56,29 +80,13 @@ def _case(t: int, d: int, dt: str, fused: bool) -> BenchCase:
         from kernels.norm import api, ref
 
         reference = ref.add_rms_norm_ref if fused else ref.rms_norm_ref
-        if not compiled:
-            compiled.append(torch.compile(reference, dynamic=False))
-        compiled_ref = compiled[0]
-        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        x = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
-        w = (1.0 + 0.1 * torch.randn((d,), generator=gen, device=device)).to(dtype)
+        x, residual, w = _inputs(f"{case_id}-{k}", t, d, dtype, fused, device)
         out = torch.empty((t, d), device=device, dtype=dtype)
         if fused:
-            residual = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
-            return Workload(
-                fn=lambda: api.add_rms_norm(x, residual, w, eps=EPS, out=out),
-                peers={
-                    "torch_eager": lambda: reference(x, residual, w, EPS),
-                    "torch_compile": lambda: compiled_ref(x, residual, w, EPS),
-                },
-            )
-        return Workload(
-            fn=lambda: api.rms_norm(x, w, eps=EPS, out=out),
-            peers={
-                "torch_eager": lambda: reference(x, w, EPS),
-                "torch_compile": lambda: compiled_ref(x, w, EPS),
-            },
-        )
+            fn = lambda: api.add_rms_norm(x, residual, w, eps=EPS, out=out)  # noqa: E731
+        else:
+            fn = lambda: api.rms_norm(x, w, eps=EPS, out=out)  # noqa: E731
+        return Workload(fn=fn, peers=_peers(compiled, reference, *_operands(x, residual, w), EPS))
 
     return BenchCase(
         kernel=KERNEL,
@@ -126,31 +134,15 @@ def _fp8_case(t: int, d: int, dt: str, fused: bool, ue8m0: bool, layout: str) ->
         from kernels.quant.formats import empty_scales
 
         reference = ref.add_rms_norm_fp8_ref if fused else ref.rms_norm_fp8_ref
-        if not compiled:
-            compiled.append(torch.compile(reference, dynamic=False))
-        compiled_ref = compiled[0]
-        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        x = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
-        w = (1.0 + 0.1 * torch.randn((d,), generator=gen, device=device)).to(dtype)
+        x, residual, w = _inputs(f"{case_id}-{k}", t, d, dtype, fused, device)
         q = torch.empty((t, d), device=device, dtype=torch.float8_e4m3fn)
         scale = empty_scales(t, d // _FP8_GROUP, layout, device)
         opts = dict(group_size=_FP8_GROUP, ue8m0=ue8m0, scale_layout=layout, out=q, scale_out=scale)
         if fused:
-            residual = torch.randn((t, d), generator=gen, device=device, dtype=dtype)
-            return Workload(
-                fn=lambda: api.add_rms_norm_fp8(x, residual, w, EPS, **opts),
-                peers={
-                    "torch_eager": lambda: reference(x, residual, w, EPS, _FP8_GROUP, ue8m0),
-                    "torch_compile": lambda: compiled_ref(x, residual, w, EPS, _FP8_GROUP, ue8m0),
-                },
-            )
-        return Workload(
-            fn=lambda: api.rms_norm_fp8(x, w, EPS, **opts),
-            peers={
-                "torch_eager": lambda: reference(x, w, EPS, _FP8_GROUP, ue8m0),
-                "torch_compile": lambda: compiled_ref(x, w, EPS, _FP8_GROUP, ue8m0),
-            },
-        )
+            fn = lambda: api.add_rms_norm_fp8(x, residual, w, EPS, **opts)  # noqa: E731
+        else:
+            fn = lambda: api.rms_norm_fp8(x, w, EPS, **opts)  # noqa: E731
+        return Workload(fn=fn, peers=_peers(compiled, reference, *_operands(x, residual, w), EPS, _FP8_GROUP, ue8m0))
 
     operands = 2 if fused else 1
     read = operands * t * d * elem + d * elem
