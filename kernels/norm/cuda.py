@@ -75,7 +75,7 @@ import tilelang.language as T
 
 from kernels.norm.ref import FP8_GROUPS, fp32_eps
 from kernels.quant.formats import E4M3_MAX, SCALE_LAYOUTS
-from kernels.quant.tl_formats import abs_max, e4m3_clamp, group_scale
+from kernels.quant.tl_formats import abs_max, e4m3, group_scale
 from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
@@ -560,25 +560,37 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     slot_steps, slot_tail = (full, bool(tail_lanes)) if per_token else (grp.group_steps, False)
 
     @T.macro
-    def normalise_step(weight, y, row, lane, buf, inv, wbuf, s):
+    def load_weight_step(weight, lane, wbuf, s):
         for v in T.vectorized(vec):
-            wbuf[v] = weight[(lane + s * tpr) * vec + v]
+            wbuf[s, v] = weight[(lane + s * tpr) * vec + v]
+
+    @T.macro
+    def load_weight(weight, lane, wbuf):
+        """wbuf[s] = the weight vector of step s. Issued with the row's loads: after the reduction
+        the weight is already in registers, not one more round trip on the critical path."""
+        for s in T.unroll(full):
+            load_weight_step(weight, lane, wbuf, s)
+        if tail_lanes:
+            if lane < tail_lanes:
+                load_weight_step(weight, lane, wbuf, full)
+
+    @T.macro
+    def normalise_step(y, row, lane, buf, inv, wbuf, s):
         for v in T.vectorized(vec):
-            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype)
+            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[s, v], "float32"), dtype)
         if with_y:
             for v in T.vectorized(vec):
                 y[row, (lane + s * tpr) * vec + v] = buf[s, v]
 
     @T.macro
-    def normalise_row(weight, y, row, lane, buf, inv):
+    def normalise_row(y, row, lane, buf, inv, wbuf):
         """buf <- (buf * inv) * weight rounded to dtype (the y the FP8 output quantises); also
         stored into y's row when with_y."""
-        wbuf = T.alloc_local((vec,), dtype)
         for s in T.unroll(full):
-            normalise_step(weight, y, row, lane, buf, inv, wbuf, s)
+            normalise_step(y, row, lane, buf, inv, wbuf, s)
         if tail_lanes:
             if lane < tail_lanes:
-                normalise_step(weight, y, row, lane, buf, inv, wbuf, full)
+                normalise_step(y, row, lane, buf, inv, wbuf, full)
 
     @T.macro
     def amax_step(buf, m, s):
@@ -612,7 +624,7 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     @T.macro
     def quantise_step(q, row, lane, buf, m, s):
         for v in T.vectorized(vec):
-            q[row, (lane + s * tpr) * vec + v] = T.cast(e4m3_clamp(T.cast(buf[s, v], "float32") * m[0]), FP8_DTYPE)
+            q[row, (lane + s * tpr) * vec + v] = e4m3(T.cast(buf[s, v], "float32") * m[0])
 
     @T.macro
     def quantise_slot(q, scale, row, lane, buf, m, first, n, tail):
@@ -671,7 +683,7 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                         exchange(red, tx, m, full)
                         quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
 
-    return normalise_row, quantise_row
+    return load_weight, normalise_row, quantise_row
 
 
 def _scale_tensor(scale_layout: str, t, groups: int):
@@ -688,7 +700,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     then normalise in place, group amax, quantise. with_y adds y's store and argument, nothing else."""
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
-    normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
+    load_weight, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -706,15 +718,18 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             inv = T.alloc_local((1,), "float32")
             # Its own buffer: threads may still read `red` when the first lanes publish their amax.
             red_max = T.alloc_shared((rows, grp.slots, cfg.warps_per_row), "float32")
+            wbuf = T.alloc_local((steps, vec), dtype)
             if row < t:
                 load_row(x, row, lane, buf)
                 if residual is not None:
                     rbuf = T.alloc_local((steps, vec), dtype)
                     load_row(residual, row, lane, rbuf)
+                load_weight(weight, lane, wbuf)
+                if residual is not None:
                     add_rows(residual, row, lane, buf, rbuf)
             inv_rms(buf, row < t, tx, red, inv)
             if row < t:
-                normalise_row(weight, y, row, lane, buf, inv)
+                normalise_row(y, row, lane, buf, inv, wbuf)
             quantise_row(q, scale, row, row < t, tx, buf, red_max)
 
     if residual and with_y:

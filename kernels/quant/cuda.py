@@ -23,8 +23,9 @@ All base pointers must be aligned to `x_align` bytes (the caller folds them into
 The arithmetic is kernels/quant/ref.py's, step for step, through kernels/quant/tl_formats.py's
 transcription of formats.py: fmaxf amax (NaN ignored), the floor, an IEEE division by the format
 maximum, UE8M0 by integer bit arithmetic, one IEEE reciprocal per group, one multiply per element,
-clamp with NaN kept and a round-to-nearest-even conversion. No fused multiply-add can form (there
-is no add), no fast-math. The results are bit-exact against the reference.
+a saturating round-to-nearest-even conversion (e4m3: +-Inf and overflow to +-448, NaN kept) or the
+e2m1 encoder. No fused multiply-add can form (the encoder's one addition follows an fmaxf), no
+fast-math. The results are bit-exact against the reference.
 
 t (and n) are dynamic: one compiled kernel serves every batch size; every global offset is 64-bit.
 t == 0 must not be launched (a CUDA grid cannot be empty).
@@ -230,9 +231,9 @@ def _row_macros(cfg: RowConfig):
 
     @T.macro
     def encode_fp8(buf, s, inv, out):
-        """out = e4m3(clamp(x * inv)) for step s's chunk (unrolled: registers, not a stack array)."""
+        """out = e4m3(x * inv) for step s's chunk (unrolled: registers, not a stack array)."""
         for e in T.unroll(chunk):
-            out[e] = T.cast(F.e4m3_clamp(T.cast(buf[s, e], "float32") * inv), FP8)
+            out[e] = F.e4m3(T.cast(buf[s, e], "float32") * inv)
 
     @T.macro
     def store_chunk(dst, row, c, out):
@@ -378,9 +379,9 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
 def nvfp4_scales(amax, gs, s8, inv):
     """s8[0] (e4m3) and inv[0] = 1 / eff of an NVFP4 group (ref._nvfp4_scales, step for step)."""
     inv[0] = T.max(amax, T.float32(amax_floor(E2M1_MAX))) / (T.float32(E2M1_MAX) * gs)  # s32
-    # Lower clamp with NaN kept (torch.clamp); e4m3_clamp adds the upper bound.
+    # Lower clamp with NaN kept (torch.clamp); the saturating conversion adds the upper bound.
     inv[0] = T.if_then_else(T.isnan(inv[0]), inv[0], T.max(inv[0], T.float32(_E4M3_MIN_SCALE)))
-    s8[0] = T.cast(F.e4m3_clamp(inv[0]), FP8)
+    s8[0] = F.e4m3(inv[0])
     inv[0] = T.float32(1) / (T.cast(s8[0], "float32") * gs)
 
 
@@ -531,7 +532,7 @@ def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_alig
                 r = T.cast(bx * BLOCK + p * rows_per_pass + tx // lanes, "int64")
                 if r < n and col < K:
                     for v in T.unroll(vec):
-                        out[v] = T.cast(F.e4m3_clamp(T.cast(buf[p, v], "float32") * sc[1]), FP8)
+                        out[v] = F.e4m3(T.cast(buf[p, v], "float32") * sc[1])
                     for v in T.vectorized(vec):
                         q[r, col + v] = out[v]
             if tx == 0:

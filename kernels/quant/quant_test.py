@@ -714,6 +714,22 @@ def test_device_quant_fp4_strided_and_special(device, scale_format, dtype):
 
 
 @pytest.mark.device
+def test_device_quant_fp4_encodes_every_boundary(device):
+    # Groups of 32 fp32 values led by 6.0 have the UE8M0 scale 1 (and inv 1), so every other value
+    # reaches the e2m1 encoder as it is: every grid value and midpoint, their fp32 neighbours, both
+    # signs, zeros, NaN and random magnitudes up to 6 (larger ones would raise the scale), shuffled.
+    v = torch.from_numpy(_boundary_values())
+    v = torch.cat((v, torch.tensor([math.nan, -math.nan])))
+    v = v[(v.abs() <= 6) | v.isnan()]
+    v = v[torch.randperm(v.numel())]
+    groups = -(-v.numel() // 124) * 4  # whole rows of 4 groups
+    body = torch.zeros(groups * 31)
+    body[: v.numel()] = v
+    x = torch.cat((torch.full((groups, 1), 6.0), body.reshape(groups, 31)), dim=1).reshape(-1, 128)
+    _check_fp4(device, x.to(device), "ue8m0")
+
+
+@pytest.mark.device
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32", "ue8m0"])
 @pytest.mark.parametrize("n,k,row_stride", [(1, 128, 128), (130, 200, 201), (7168, 7168, 7168), (257, 1536, 2048), (129, 576, 576)])

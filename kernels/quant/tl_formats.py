@@ -12,15 +12,13 @@ __all__ = [
     "abs_max",
     "e2m1_code",
     "e2m1_value",
+    "e4m3",
     "e4m3_clamp",
     "group_scale",
     "ue8m0_exponent",
     "ue8m0_round_up",
     "ue8m0_value",
 ]
-
-# (boundary, a tie rounds up) between neighbouring e2m1 magnitudes: formats._E2M1_BOUNDARIES.
-_E2M1_BOUNDARIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 
 def abs_max(acc, v):
@@ -52,14 +50,30 @@ def e4m3_clamp(v):
     return T.if_then_else(T.isnan(v), v, T.min(T.max(v, T.float32(-E4M3_MAX)), T.float32(E4M3_MAX)))
 
 
+def e4m3(v):
+    """float8_e4m3 of an fp32 value on CUDA: formats.encode_e4m3 in one conversion. sm_89 and newer
+    convert with cvt.rn.satfinite (CUTLASS's float_e4m3_t, which TileLang's cast uses), which rounds
+    to nearest-even, turns finite overflow and +-Inf into +-448 and keeps NaN: e4m3_clamp's work,
+    so CUDA kernels skip it (backends whose conversion does not saturate keep e4m3_clamp)."""
+    return T.cast(v, "float8_e4m3")
+
+
 def e2m1_code(v):
-    """uint8 e2m1 code (0..15, bit 3 the sign) of an fp32 value: formats.encode_e2m1."""
-    a = T.abs(v)
-    code = T.cast(0, "uint8")
-    for boundary, tie_up in _E2M1_BOUNDARIES:
-        hit = a >= T.float32(boundary) if tie_up else a > T.float32(boundary)
-        code = code + T.cast(hit, "uint8")
-    return code | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
+    """uint8 e2m1 code (0..15, bit 3 the sign) of an fp32 value: formats.encode_e2m1, bit for bit.
+
+    Instead of seven comparisons per value, one fp32 addition rounds: adding C = 2**22 (2**23,
+    2**24) to a magnitude below 2**24 leaves it in C's binade, whose spacing 0.5 (1, 2) is the e2m1
+    grid's below 2 (below 4, from 4 up), so the sum's low bits count grid steps, rounded to nearest
+    with ties to even, which is the even code. Subtracting C's bits, less the codes below the range
+    (0, 2, 4), gives the magnitude code; larger magnitudes and Inf saturate to 7 (6.0). fmaxf maps
+    NaN to 0 and keeps the product from contracting with the addition into a fused multiply-add.
+    """
+    a = T.max(T.abs(v), T.float32(0))
+    below2, below4 = a < T.float32(2), a < T.float32(4)
+    c = T.if_then_else(below2, T.float32(2.0**22), T.if_then_else(below4, T.float32(2.0**23), T.float32(2.0**24)))
+    k = T.if_then_else(below2, T.int32(0x4A800000), T.if_then_else(below4, T.int32(0x4B000000 - 2), T.int32(0x4B800000 - 4)))
+    code = T.min(T.reinterpret(a + c, "int32") - k, T.int32(7))
+    return T.cast(code, "uint8") | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
 
 
 def ue8m0_value(byte):

@@ -6,8 +6,10 @@
 #   verify     committed baselines gate a fresh run; the profiler timer; two xdist workers on one GPU
 #   sweep      the sweep on the GPU; everything it writes comes back as $OUT/sweep.tar
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
-#   basic-tests  the basic-ops family (norm, quant, outlier_detection): device tests, memcheck
-#   basic-bench  its benchmarks, baselines/memory refreshed (as $OUT/baselines.tar)
+#   basic-tests  device tests of $KERNELS (default: the basic-ops family), then memcheck
+#   basic-bench  their benchmarks, baselines/memory refreshed (as $OUT/baselines.tar)
+# Knobs of the basic steps: KERNELS="quant norm" (the packages), TESTS_K (a pytest -k filter of the
+# device tests), MEMCHECK=0 (skip compute-sanitizer), BENCH_FILTER (a --cases-filter substring).
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -51,25 +53,29 @@ run_norm() {
     cp -r testing/benchmark_baselines testing/gpu_mem_profiles /tmp/norm/
     tar -C /tmp -cf "$OUT/norm.tar" norm
 }
-# The basic-ops family (norm, quant, outlier_detection). Logs go straight into $OUT, so they come
-# back even when a call runs out of time; each step fits one 10-minute device call on a cold cache.
-# KERNELS="quant" narrows either step (a cold benchmark of all three may not fit one call).
+# The basic-ops family (norm, quant, outlier_detection) by default, any packages with KERNELS. Logs
+# go straight into $OUT, so they come back even when a call runs out of time; each step fits one
+# 10-minute device call on a cold cache (a cold benchmark of many kernels may not: narrow KERNELS).
 read -r -a BASIC <<< "${KERNELS:-norm quant outlier_detection}"
 run_basic_tests() {
-    local files=()
+    local files=() tag
     for k in "${BASIC[@]}"; do files+=("kernels/$k/${k}_test.py"); done
-    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 15 -q -rs 2>&1 \
-      | grep --line-buffered -v "device binding" > "$OUT/device_tests.log"
-    tail -4 "$OUT/device_tests.log"
+    tag=$(IFS=-; echo "${BASIC[*]}")
+    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 15 -q -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
+      | grep --line-buffered -v "device binding" > "$OUT/device_tests_$tag.log"
+    tail -4 "$OUT/device_tests_$tag.log"
+    [ "${MEMCHECK:-1}" = 0 ] && return
     compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest "${files[@]}" "${pytest_args[@]}" \
       --tl-suite=device -q -k "(fp8 or fp4 or quant) and not 64bit and not 65537 and not 16384 and not 4096" \
-      > "$OUT/memcheck.log" 2>&1
-    tail -3 "$OUT/memcheck.log"
+      > "$OUT/memcheck_$tag.log" 2>&1
+    tail -3 "$OUT/memcheck_$tag.log"
 }
 run_basic_bench() {
+    local tag
+    tag=$(IFS=-; echo "${BASIC[*]}")${BENCH_FILTER:+-$BENCH_FILTER}
     python3 -m testing.benchmark --kernels "$(IFS=,; echo "${BASIC[*]}")" --refresh-baselines --refresh-memory \
-      --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
-    grep -v "TileLang:tilelang" "$OUT/bench.log" | tail -60
+      ${BENCH_FILTER:+--cases-filter "$BENCH_FILTER"} --json "$OUT/bench_$tag.json" > "$OUT/bench_$tag.log" 2>&1
+    grep -v "TileLang:tilelang" "$OUT/bench_$tag.log" | tail -60
     tar -cf "$OUT/baselines.tar" testing/benchmark_baselines testing/gpu_mem_profiles
 }
 case "$step" in
