@@ -5,7 +5,10 @@ Kept as a plain list literal: tilelang_ops reads it directly when it runs outsid
 
 KERNELS = [
     "gather",
+    "get_kv_index",
+    "load_paged_kv_cache",
     "norm",
     "outlier_detection",
     "quant",
+    "store_kv_cache",
 ]

@@ -1,0 +1,210 @@
+"""Interface of `get_kv_index`: the KV-cache index tensors of one engine step, on device, fixed-size.
+
+    slot_mapping = tilelang_ops.get_slot_mapping(query_start_loc, positions, block_table,
+                                                 block_size=64, num_tokens=None, out=None)
+    kv_indptr, kv_indices, kv_last_page_len = tilelang_ops.get_paged_kv_indices(
+        block_table, seq_lens, block_size=64, page_size=16, capacity=None, out=None)
+    batch_indices, positions = tilelang_ops.get_batch_indices_positions(
+        append_indptr, seq_lens, num_tokens, out=None)
+
+query_start_loc /  (B + 1,) int32 or int64, contiguous, non-decreasing (not checked: see ref.py).
+append_indptr
+positions          (P,) int32 or int64, contiguous; P >= num_tokens (a persistent buffer may be longer).
+block_table        (B, max_blocks) int32, max_blocks >= 1; rows may be strided (a view of a wider
+                   table), the last dimension must be contiguous. Only int32 (vLLM's and
+                   FlashInfer's block tables are int32).
+seq_lens           (B,) int32 or int64, contiguous.
+block_size         the allocation block size of block_table (slots per block), an int >= 1.
+page_size          the attention kernel's page size; it must divide block_size.
+num_tokens         the fixed (CUDA-graph padded) output length: get_slot_mapping defaults to P.
+capacity           kv_indices' fixed length, default B * max_blocks * (block_size // page_size).
+out                caller-owned outputs (contiguous, exact shapes and dtypes): a tensor for
+                   get_slot_mapping, a 3-tuple / 2-tuple in the order returned for the others.
+
+Returns (the exact rules, invalid indices included, are in kernels/get_kv_index/ref.py):
+  slot_mapping      (num_tokens,) int64: block_table[b, pos // block_size] * block_size + pos %
+                    block_size for a token of request b, -1 for padding and invalid entries.
+  kv_indptr         (B + 1,) int32; kv_indices (capacity,) int32, -1 padded; kv_last_page_len
+                    (B,) int32 in [1, page_size], 0 for an empty request.
+  batch_indices, positions  (num_tokens,) int32 each, -1 for padding.
+
+CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
+CUDA-graph capturable). CPU tensors are served by the PyTorch reference. Invalid arguments raise
+TypeError or ValueError naming the argument before anything is written. An empty batch (B == 0)
+or an empty output launches no kernel: outputs are filled by torch (-1 for indices, kv_indptr =
+[0]).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.get_kv_index import ref
+from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+
+__all__ = ["get_batch_indices_positions", "get_paged_kv_indices", "get_slot_mapping"]
+
+_INT32_MAX = 2**31 - 1
+PAGED_OUTPUTS = ("kv_indptr", "kv_indices", "kv_last_page_len")
+APPEND_OUTPUTS = ("batch_indices", "positions")
+
+
+def _check_int(name: str, arg: str, value, low: int, high: int = _INT32_MAX) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: {arg} must be in [{low}, {high}], got {value}")
+
+
+def _check_device(name: str, t: torch.Tensor) -> None:
+    if t.device.type != "cpu" and t.device.type not in ("cuda", "npu"):
+        raise ValueError(f"{name}: tensors on {t.device} are not supported (cuda, npu or cpu)")
+
+
+def _check_indptr(name: str, arg: str, indptr) -> int:
+    """The batch size B of a (B + 1,) contiguous int32/int64 indptr."""
+    check_tensor(name, arg, indptr, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
+    _check_device(name, indptr)
+    if indptr.shape[0] == 0:
+        raise ValueError(f"{name}: {arg} must have B + 1 >= 1 entries, got shape (0,)")
+    return indptr.shape[0] - 1
+
+
+def _check_block_table(name: str, block_table, n_req: int, like: torch.Tensor) -> None:
+    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
+    rows, max_blocks = block_table.shape
+    if rows != n_req:
+        raise ValueError(f"{name}: block_table has {rows} rows; expected B = {n_req}")
+    if max_blocks == 0:
+        raise ValueError(f"{name}: block_table has 0 columns; max_blocks must be >= 1")
+    if max_blocks > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
+    if rows > 1 and block_table.stride(0) < max_blocks:
+        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
+
+
+def _dense_table(block_table: torch.Tensor) -> torch.Tensor:
+    """block_table with strides a kernel accepts: a single row's stride is never used, so it is
+    declared dense (torch may report any stride for a one-row view)."""
+    rows, max_blocks = block_table.shape
+    if rows <= 1 and block_table.stride() != (max_blocks, 1):
+        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
+    return block_table
+
+
+def _outputs(name: str, fields, specs, out, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The caller's outputs, validated, or fresh ones."""
+    if out is None:
+        return tuple(torch.empty(shape, dtype=dtype, device=like.device) for shape, dtype in specs)
+    if not isinstance(out, (tuple, list)) or len(out) != len(fields):
+        raise TypeError(f"{name}: out must be a tuple ({', '.join(fields)}), got {type(out).__name__}")
+    for field, t, (shape, dtype) in zip(fields, out, specs):
+        check_out(name, f"out.{field}", t, shape, dtype, like)
+    return tuple(out)
+
+
+def get_slot_mapping(
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    block_size: int,
+    num_tokens: int | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    name = "get_slot_mapping"
+    n_req = _check_indptr(name, "query_start_loc", query_start_loc)
+    check_tensor(name, "positions", positions, dtypes=INDEX_DTYPES, dim=1, like=query_start_loc, contiguous=True)
+    _check_block_table(name, block_table, n_req, query_start_loc)
+    _check_int(name, "block_size", block_size, 1)
+    n = positions.shape[0] if num_tokens is None else num_tokens
+    _check_int(name, "num_tokens", n, 0, min(positions.shape[0], _INT32_MAX))
+    check_out(name, "out", out, (n,), torch.int64, query_start_loc)
+    read = {"query_start_loc": query_start_loc, "positions": positions, "block_table": block_table}
+    check_no_overlap(name, {"out": out}, read)
+    slots = out if out is not None else torch.empty((n,), dtype=torch.int64, device=query_start_loc.device)
+    if n == 0:
+        return slots
+    if n_req == 0:
+        return slots.fill_(-1)
+    if is_host(query_start_loc):
+        return slots.copy_(ref.slot_mapping_ref(query_start_loc, positions, block_table, block_size, n))
+    tl = backend_ops(name, query_start_loc)
+    kernel = tl.ops.slot_mapping_tl(block_size, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype])
+    kernel(query_start_loc, positions, _dense_table(block_table), slots)
+    return slots
+
+
+def get_paged_kv_indices(
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    block_size: int,
+    page_size: int,
+    capacity: int | None = None,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    name = "get_paged_kv_indices"
+    check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
+    _check_device(name, seq_lens)
+    n_req = seq_lens.shape[0]
+    _check_block_table(name, block_table, n_req, seq_lens)
+    _check_int(name, "block_size", block_size, 1)
+    _check_int(name, "page_size", page_size, 1)
+    if block_size % page_size:
+        raise ValueError(f"{name}: page_size {page_size} does not divide block_size {block_size}")
+    r = block_size // page_size
+    full = n_req * block_table.shape[1] * r
+    if full > _INT32_MAX:
+        raise ValueError(f"{name}: block_table describes {full} pages (B * max_blocks * block_size // page_size); at most 2**31 - 1 are supported")
+    cap = full if capacity is None else capacity
+    _check_int(name, "capacity", cap, 0)
+    specs = (((n_req + 1,), torch.int32), ((cap,), torch.int32), ((n_req,), torch.int32))
+    outs = _outputs(name, PAGED_OUTPUTS, specs, out, seq_lens)
+    written = {f"out.{f}": t for f, t in zip(PAGED_OUTPUTS, outs)}
+    check_no_overlap(name, written, {"block_table": block_table, "seq_lens": seq_lens})
+    kv_indptr, kv_indices, kv_last_page_len = outs
+    if n_req == 0:
+        kv_indptr.zero_()
+        kv_indices.fill_(-1)
+        return kv_indptr, kv_indices, kv_last_page_len
+    if is_host(seq_lens):
+        for dst, src in zip(outs, ref.paged_kv_indices_ref(block_table, seq_lens, block_size, page_size, cap)):
+            dst.copy_(src)
+        return kv_indptr, kv_indices, kv_last_page_len
+    tl = backend_ops(name, seq_lens)
+    kernel = tl.ops.paged_kv_indices_tl(block_size, page_size, INDEX_DTYPES[seq_lens.dtype])
+    kernel(_dense_table(block_table), seq_lens, kv_indptr, kv_indices, kv_last_page_len)
+    return kv_indptr, kv_indices, kv_last_page_len
+
+
+def get_batch_indices_positions(
+    append_indptr: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens: int,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    name = "get_batch_indices_positions"
+    n_req = _check_indptr(name, "append_indptr", append_indptr)
+    check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, shape=(n_req,), like=append_indptr, contiguous=True)
+    _check_int(name, "num_tokens", num_tokens, 0)
+    specs = (((num_tokens,), torch.int32), ((num_tokens,), torch.int32))
+    outs = _outputs(name, APPEND_OUTPUTS, specs, out, append_indptr)
+    written = {f"out.{f}": t for f, t in zip(APPEND_OUTPUTS, outs)}
+    check_no_overlap(name, written, {"append_indptr": append_indptr, "seq_lens": seq_lens})
+    batch_indices, positions = outs
+    if num_tokens == 0:
+        return batch_indices, positions
+    if n_req == 0:
+        batch_indices.fill_(-1)
+        positions.fill_(-1)
+        return batch_indices, positions
+    if is_host(append_indptr):
+        for dst, src in zip(outs, ref.batch_indices_positions_ref(append_indptr, seq_lens, num_tokens)):
+            dst.copy_(src)
+        return batch_indices, positions
+    tl = backend_ops(name, append_indptr)
+    kernel = tl.ops.batch_indices_positions_tl(INDEX_DTYPES[append_indptr.dtype], INDEX_DTYPES[seq_lens.dtype])
+    kernel(append_indptr, seq_lens, batch_indices, positions)
+    return batch_indices, positions

@@ -1,0 +1,205 @@
+"""Huawei Ascend 950 TileLang implementation of `load_paged_kv_cache`: the CUDA factories' names,
+signatures and semantics (see kernels/load_paged_kv_cache/cuda.py for the operands and
+kernels/load_paged_kv_cache/ref.py for the contract). Verified by lowering to AscendC only (the
+codegen_ascend suite); no NPU has run it.
+
+Where the work runs: a vector (AIV) kernel, one persistent block per vector core over tiles of
+`rows` output rows. Per tile the scalar unit walks seq_lens (MTE2 brings them in chunks into the
+Unified Buffer), keeps the running prefix, and records for each tile row its request and position
+(the tile-0 core also stores cu_seqlens); it then fetches each valid row's block id from the block
+table (one small DMA per row) and brings the row's record or bf16 row in with one DMA. One SIMT
+region dequantises the tile (kernels/quant/tl_formats.py's expressions, as the CUDA kernel) or
+zero-fills rows without a slot; MTE3 stores the rows that belong to requests (a prefix of the
+tile: rows past the total stay untouched, rows at or past cap are outside the view). Row ids,
+positions and cache offsets are 64-bit. `x_align` is accepted for signature parity and ignored
+(global-memory DMAs are byte-granular).
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
+# the factory's arguments, and string annotations would lose them.
+import tilelang
+import tilelang.ascend.language as T
+
+from kernels.quant import tl_formats as F
+from kernels.static_args import row_elements
+from kernels.store_kv_cache import layout
+
+__all__ = ["INDEX_DTYPES", "MAX_D", "load_paged_kv_bf16_tl", "load_paged_kv_fp4_tl", "load_paged_kv_fp8_tl", "load_paged_kv_shipped_configs", "tile_rows"]
+
+INDEX_DTYPES = ("int32", "int64")
+MAX_D = 16384
+_VECTOR_CORES = 64
+# Output bytes per tile: whole rows up to 32 KiB, at most 32 rows (the scalar per-row work).
+_TILE_BYTES = 32 * 1024
+_MAX_ROWS = 32
+# Lengths brought into the UB per chunk of the scan.
+_LENS_CHUNK = 1024
+_SIMT_THREADS = 1024
+_UB_ALIGN = 32
+
+
+def tile_rows(D: int) -> int:
+    """Rows per tile for output rows of D bf16 values."""
+    return max(1, min(_MAX_ROWS, _TILE_BYTES // (2 * D)))
+
+
+def _pad(n: int, elem_bytes: int) -> int:
+    per = max(1, _UB_ALIGN // elem_bytes)
+    return -(-n // per) * per
+
+
+def _check_common(block_size: int, lens_dtype: str, starts_dtype) -> None:
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"load_paged_kv_cache: block_size must be a positive int, got {block_size!r}")
+    if lens_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+    if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
+
+
+def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
+    """{factory name: [positional args + (x_align,) for bf16]}: tiles of 28 rows (576), of 32 rows
+    (the cap, 128), of one row (16384, the largest UB footprint); an odd width; both index dtypes
+    and no starts; both record layouts."""
+    return {
+        "load_paged_kv_bf16_tl": [(576, 64, "int32", None, 16), (128, 16, "int64", "int64", 16), (16384, 64, "int32", "int32", 16), (7, 1, "int64", None, 16)],
+        "load_paged_kv_fp4_tl": [(64, "int32", "int64")],
+        "load_paged_kv_fp8_tl": [(16, "int64", None)],
+    }
+
+
+def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
+    """The kernel of one cache layout (records None: bf16 rows of width D)."""
+    _check_common(block_size, lens_dtype, starts_dtype)
+    b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
+    starts_t = starts_dtype if starts_dtype is not None else lens_dtype
+    width = D if records is None else layout.WIDTH
+    rows = tile_rows(width)
+    R = D if records is None else records.record_bytes
+    src_dtype = "bfloat16" if records is None else "uint8"
+    src_elem = 2 if records is None else 1
+    groups = 1 if records is None else records.groups
+    threads = min(_SIMT_THREADS, rows * groups)
+    rounds = -(-rows * groups // threads)
+    chunk = _LENS_CHUNK
+
+    @T.prim_func
+    def load_paged_kv(
+        cache: T.Tensor((num_blocks, block_size, R), src_dtype),
+        block_table: T.Tensor((b, max_blocks), "int32"),
+        seq_lens: T.Tensor((b,), lens_dtype),
+        seq_starts: T.Tensor((b,), starts_t),
+        out: T.Tensor((cap, width), "bfloat16"),
+        cu_seqlens: T.Tensor((b + 1,), "int32"),
+    ):
+        with T.Kernel(_VECTOR_CORES) as core:
+            lens_ub = T.alloc_shared((chunk,), lens_dtype)
+            starts_ub = T.alloc_shared((chunk,), starts_t)
+            cu_ub = T.alloc_shared((chunk,), "int32")
+            req_ub = T.alloc_shared((_pad(rows, 4),), "int32")
+            pos_ub = T.alloc_shared((_pad(rows, 8),), "int64")
+            blk_ub = T.alloc_shared((_pad(rows, 4),), "int32")
+            one_ub = T.alloc_shared((8,), "int32")
+            src_ub = T.alloc_shared((rows, _pad(R, src_elem)), src_dtype)
+            y_ub = T.alloc_shared((rows, _pad(width, 2)), "bfloat16")
+            carry = T.alloc_var("int32", init=0)
+            written = T.alloc_var("int32", init=0)
+            for k in T.Persistent([T.ceildiv(cap, rows)], _VECTOR_CORES, core, group_size=1, num_stages=1):
+                t0 = k * rows
+                t_end = T.min(t0 + rows, cap)
+                for r in T.serial(rows):
+                    req_ub[r] = -1
+                    blk_ub[r] = -2
+                carry = 0
+                for c in T.serial(T.ceildiv(b, chunk)):
+                    c0 = c * chunk
+                    n = T.min(chunk, b - c0)
+                    T.copy(seq_lens[c0 : c0 + n], lens_ub[:n])
+                    if starts_dtype is not None:
+                        T.copy(seq_starts[c0 : c0 + n], starts_ub[:n])
+                    for i in T.serial(n):
+                        length = T.cast(T.min(T.max(lens_ub[i], 0), 2**31 - 1), "int32")
+                        cu_ub[i] = carry
+                        lo = T.max(carry, t0)
+                        hi = T.min(carry + length, t_end)
+                        for t in T.serial(T.max(hi - lo, 0)):
+                            req_ub[lo - t0 + t] = c0 + i
+                            start = T.int64(0) if starts_dtype is None else T.cast(starts_ub[i], "int64")
+                            pos_ub[lo - t0 + t] = start + T.cast(lo + t - carry, "int64")
+                        carry = carry + length
+                    if k == 0:
+                        T.copy(cu_ub[:n], cu_seqlens[c0 : c0 + n])
+                if k == 0:
+                    cu_ub[0] = carry
+                    T.copy(cu_ub[0:1], cu_seqlens[b : b + 1])
+                written = 0
+                for r in T.serial(rows):
+                    if req_ub[r] >= 0:
+                        written = written + 1
+                        blk_ub[r] = -1
+                        p = pos_ub[r]
+                        if p >= 0 and p // block_size < T.cast(max_blocks, "int64"):
+                            T.copy(block_table[req_ub[r], p // block_size : p // block_size + 1], one_ub[0:1])
+                            if one_ub[0] >= 0 and one_ub[0] < num_blocks:
+                                blk_ub[r] = one_ub[0]
+                                T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, :], src_ub[r, :R])
+                with T.SimtVF(threads=threads):
+                    tid = T.get_thread_binding(0)
+                    sc = T.alloc_var("float32")
+                    for i in T.serial(rounds):
+                        idx = i * threads + tid
+                        if idx < rows * groups:
+                            r = idx // groups
+                            g = idx % groups
+                            if records is None:
+                                for e in T.serial(D):
+                                    y_ub[r, e] = T.if_then_else(blk_ub[r] >= 0, src_ub[r, e], T.bfloat16(0))
+                            else:
+                                group = records.group
+                                if records.scale_bytes == 1:
+                                    sc = F.ue8m0_value(src_ub[r, records.scale_offset + g])
+                                else:
+                                    sc = T.reinterpret(
+                                        T.cast(src_ub[r, records.scale_offset + 4 * g], "uint32")
+                                        | T.shift_left(T.cast(src_ub[r, records.scale_offset + 4 * g + 1], "uint32"), T.uint32(8))
+                                        | T.shift_left(T.cast(src_ub[r, records.scale_offset + 4 * g + 2], "uint32"), T.uint32(16))
+                                        | T.shift_left(T.cast(src_ub[r, records.scale_offset + 4 * g + 3], "uint32"), T.uint32(24)),
+                                        "float32",
+                                    )
+                                for e in T.serial(group):
+                                    if records.scale_bytes == 1:
+                                        byte = src_ub[r, (g * group + e) // 2]
+                                        value = F.e2m1_value(T.if_then_else(e % 2 == 1, byte >> T.uint8(4), byte & T.uint8(15)))
+                                    else:
+                                        value = T.cast(T.reinterpret(src_ub[r, g * group + e], "float8_e4m3"), "float32")
+                                    y_ub[r, g * group + e] = T.if_then_else(blk_ub[r] >= 0, T.cast(value * sc, "bfloat16"), T.bfloat16(0))
+                                # The rope: the group's share of the 64 bf16 values, as little-endian byte pairs.
+                                for e in T.serial(layout.ROPE // groups):
+                                    at = records.rope_offset + 2 * (g * (layout.ROPE // groups) + e)
+                                    bits = T.cast(src_ub[r, at], "uint16") | T.shift_left(T.cast(src_ub[r, at + 1], "uint16"), T.uint16(8))
+                                    y_ub[r, layout.LATENT + g * (layout.ROPE // groups) + e] = T.if_then_else(
+                                        blk_ub[r] >= 0, T.reinterpret(bits, "bfloat16"), T.bfloat16(0)
+                                    )
+                if written > 0:
+                    T.copy(y_ub[:written, :width], out[t0 : t0 + written, :])
+
+    return load_paged_kv
+
+
+@tilelang.jit(target="ascend")
+def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype, *, x_align: int = 16):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache."""
+    row_elements("load_paged_kv_cache", D, "bfloat16", ["bfloat16"], D, max_D=MAX_D)
+    return _kernel(None, D, block_size, lens_dtype, starts_dtype)
+
+
+@tilelang.jit(target="ascend")
+def load_paged_kv_fp4_tl(block_size: int, lens_dtype: str, starts_dtype):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP4 records."""
+    return _kernel(layout.FP4, layout.WIDTH, block_size, lens_dtype, starts_dtype)
+
+
+@tilelang.jit(target="ascend")
+def load_paged_kv_fp8_tl(block_size: int, lens_dtype: str, starts_dtype):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP8 records."""
+    return _kernel(layout.FP8, layout.WIDTH, block_size, lens_dtype, starts_dtype)

@@ -1,0 +1,393 @@
+"""NVIDIA TileLang implementation of `load_paged_kv_cache`: paged cache -> contiguous bf16 rows.
+
+    load = load_paged_kv_bf16_tl(D, block_size, lens_dtype, starts_dtype, x_align=...)
+    load = load_paged_kv_fp4_tl(block_size, lens_dtype, starts_dtype)
+    load = load_paged_kv_fp8_tl(block_size, lens_dtype, starts_dtype)
+    load(cache, block_table, seq_lens, seq_starts, out, cu_seqlens)
+
+cache        bf16: (num_blocks, block_size, D) bfloat16, contiguous, base aligned to x_align bytes.
+             fp4 / fp8: (num_blocks, block_size, R) uint8, the byte view of a record cache
+             (kernels/store_kv_cache/layout.py: R = 400 / 656), contiguous, 16-byte aligned.
+block_table  (B, max_blocks) int32, contiguous.
+seq_lens     (B,) of lens_dtype (int32 or int64). seq_starts: (B,) of starts_dtype; starts_dtype
+             None means every start is 0, and the kernel never reads seq_starts (the interface
+             passes seq_lens there, so the signature stays fixed).
+out          (cap, D) bfloat16 contiguous (D = 576 for records), aligned like the cache.
+cu_seqlens   (B + 1,) int32.
+
+Semantics are kernels.load_paged_kv_cache.ref, bit for bit: output row t < cap of request b
+(cu_seqlens[b] <= t < cu_seqlens[b + 1]) is position p = start_b + t - cu_seqlens[b], read from
+slot (block_table[b, p // block_size], p % block_size); a zero row when p < 0, p // block_size >=
+max_blocks or the block id is outside [0, num_blocks) (then neither the cache nor block_table
+past its row is read). Rows t >= sum(seq_lens) are never written, and neither is anything at or
+past row cap: a too-small `out` loses the requests' last rows, nothing else. Negative lengths count
+as 0; the total must stay below 2**31 (the prefix is int32; a larger one gives wrong cu_seqlens
+and rows, still never an access outside a buffer). Dequantisation is layout.decode_records: e2m1
+or e4m3 value times the group's scale (UE8M0 byte 2**(e - 127) / fp32) in fp32, rounded once to
+bf16; rope and bf16 rows are bit copies.
+
+B, max_blocks, num_blocks and cap are dynamic: one compiled kernel serves every batch. Offsets
+into the cache are 64-bit (num_blocks * block_size * R may pass 2**31), and so are output rows.
+cap == 0 must not be launched (a CUDA grid cannot be empty).
+
+One launch, no workspace. The output row count is data-dependent but bounded by cap, so the grid
+covers cap in tiles of `tile_rows` rows. Each block first finds the requests of its own tile: it
+scans seq_lens in chunks of one length per thread (warp shuffles, per-warp totals through shared
+memory, a running carry: an exclusive prefix in a fixed order, no atomics), and the thread of a
+request whose range meets the tile records (request, position) for those rows in shared memory;
+block 0 also writes cu_seqlens. Then one thread per tile row looks its slot up in the block table,
+and the rows are copied (loads of a thread all issued before its stores) with 128-bit accesses
+where the row allows. The scan costs every block B lengths from L2 (B / threads loads per thread
+and two barriers per chunk): negligible for a few thousand requests against the 32+ rows of
+576 x 2 bytes a block moves. A two-phase design (cu_seqlens first, then a row kernel
+binary-searching it) would add a launch and a dependent global read per row, which matters most
+at decode sizes, where the launch is the cost.
+
+Work per row: bf16 rows are split like outlier_detection's rows (up to 8 vectors per thread, a
+power-of-two lane group below a warp, whole warps above). An FP4 record takes 16 lanes: lane l
+dequantises latent bytes [16 l, 16 l + 16) (one 32-value group, one UE8M0 byte) into 32 bf16 and
+lanes 0..7 copy one 16-byte piece of the rope each. An FP8 record takes a warp: lane l dequantises
+16 e4m3 bytes (group l // 8, an fp32 scale) and lanes 0..7 copy the rope. The record is read
+through typed views of the same buffer (T.view: uint8 codes, fp32 scales, bf16 rope), so every
+section moves as whole vectors.
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
+# the factory's arguments, and string annotations would lose them.
+import dataclasses
+
+import tilelang
+import tilelang.language as T
+
+from kernels.quant import tl_formats as F
+from kernels.static_args import next_pow2, row_elements
+from kernels.store_kv_cache import layout
+
+__all__ = [
+    "INDEX_DTYPES",
+    "MAX_D",
+    "LoadConfig",
+    "bf16_config",
+    "load_paged_kv_bf16_tl",
+    "load_paged_kv_fp4_tl",
+    "load_paged_kv_fp8_tl",
+    "load_paged_kv_shipped_configs",
+    "record_config",
+]
+
+INDEX_DTYPES = ("int32", "int64")
+# Widest bf16 row: a row lives in one block (at most 1024 threads of at most 16 vectors).
+MAX_D = 16384
+
+_MAX_VECTOR_BYTES = 16
+_WARP = 32
+_MAX_THREADS = 1024
+# Vectors one thread holds in flight (8 x 16 B = 32 registers), as outlier_detection's rows.
+_MAX_STEPS = 8
+_BLOCK_THREADS = 256
+# Tile = this many passes of the block over rows: the per-block scan of seq_lens is paid once per
+# two passes, while a decode batch of a few thousand rows still spreads over every SM.
+_PASSES = 2
+_INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadConfig:
+    """The static launch shape of one load kernel."""
+
+    vector_elems: int  # bf16 elements of one output vector
+    row_vectors: int  # output vectors in one row (bf16 rows; records: lanes with latent work)
+    threads_per_row: int
+    rows_per_block: int  # rows one pass copies
+    steps: int  # vectors each thread copies (the last may fall past the row and is skipped)
+
+    @property
+    def threads(self) -> int:
+        return self.threads_per_row * self.rows_per_block
+
+    @property
+    def tile_rows(self) -> int:
+        return self.rows_per_block * _PASSES
+
+
+def _check_common(block_size: int, lens_dtype: str, starts_dtype) -> None:
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"load_paged_kv_cache: block_size must be a positive int, got {block_size!r}")
+    if lens_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+    if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
+
+
+def bf16_config(D: int, x_align: int = 16) -> LoadConfig:
+    """Launch shape of the bf16 kernel: vectors as wide as D and the alignment allow."""
+    row_elements("load_paged_kv_cache", D, "bfloat16", ["bfloat16"], D, max_D=MAX_D, x_align=x_align)
+    vector_bytes = min(_MAX_VECTOR_BYTES, (2 * D) & -(2 * D), x_align)
+    row_vectors = 2 * D // vector_bytes
+    wanted = -(-row_vectors // _MAX_STEPS)
+    tpr = next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
+    return LoadConfig(
+        vector_elems=vector_bytes // 2,
+        row_vectors=row_vectors,
+        threads_per_row=tpr,
+        rows_per_block=max(1, _BLOCK_THREADS // tpr),
+        steps=-(-row_vectors // tpr),
+    )
+
+
+def record_config(records: layout.RecordLayout) -> LoadConfig:
+    """Launch shape of a record kernel: one lane per 16 bytes of latent codes."""
+    lanes = records.latent_bytes // _MAX_VECTOR_BYTES
+    return LoadConfig(vector_elems=8, row_vectors=lanes, threads_per_row=lanes, rows_per_block=_BLOCK_THREADS // lanes, steps=1)
+
+
+def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
+    """{factory name: [positional args + (x_align,) for bf16]} covering every path: bf16 rows of
+    16-byte vectors split over 16 lanes with a partial last step (576), whole steps (512), two warps
+    per row (4096), several metadata rounds per thread (128: a 256-row tile), the most steps (16384
+    at 2-byte vectors: 1024 threads x 16), an odd width; both index dtypes for lengths and starts,
+    no starts, block sizes 1, 16, 64; both record layouts."""
+    return {
+        "load_paged_kv_bf16_tl": [
+            (576, 64, "int32", None, 16),
+            (512, 16, "int64", "int64", 16),
+            (4096, 64, "int32", "int32", 16),
+            (128, 1, "int64", "int32", 16),
+            (16384, 64, "int32", None, 2),
+            (7, 64, "int64", "int64", 2),
+        ],
+        "load_paged_kv_fp4_tl": [(64, "int32", None), (16, "int64", "int64")],
+        "load_paged_kv_fp8_tl": [(64, "int64", "int32")],
+    }
+
+
+def _tile_rows_macro(cfg: LoadConfig, block_size: int, starts_dtype, b, max_blocks, num_blocks, cap):
+    """The prologue every load kernel shares. It fills, per tile row r, row_id[r] with the source
+    block (-2: past the total or cap, untouched; -1: a zero row) and row_at[r] with the offset in
+    that block; block 0 writes cu_seqlens. Both arrays first hold (request, position) and are
+    rewritten in place by the row's own thread, so no thread reads what another overwrites."""
+    tile, threads = cfg.tile_rows, cfg.threads
+    warps = threads // _WARP
+    rounds = -(-tile // threads)
+
+    @T.macro
+    def tile_rows(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at):
+        lane = tx % _WARP
+        warp = tx // _WARP
+        warp_total = T.alloc_shared((warps,), "int32")
+        mine = T.alloc_local((1,), "int32")
+        scan = T.alloc_local((1,), "int32")
+        before = T.alloc_local((1,), "int32")
+        total = T.alloc_local((1,), "int32")
+        carry = T.alloc_local((1,), "int32")
+        blk = T.alloc_local((1,), "int32")
+        off = T.alloc_local((1,), "int64")
+        phys = T.alloc_local((1,), "int32")
+        t0 = bx * tile
+        t_end = T.min(t0 + tile, cap)
+        for i in T.unroll(rounds):
+            if i * threads + tx < tile:
+                row_id[i * threads + tx] = -1
+        carry[0] = 0
+        T.sync_threads()
+        for c in T.serial(T.ceildiv(b, threads)):
+            req = c * threads + tx
+            mine[0] = 0
+            if req < b:
+                mine[0] = T.cast(T.min(T.max(seq_lens[req], 0), _INT32_MAX), "int32")
+            scan[0] = mine[0]
+            for i in T.unroll(5):
+                up = T.shfl_up(scan[0], 1 << i)
+                if lane >= (1 << i):
+                    scan[0] += up
+            if lane == _WARP - 1:
+                warp_total[warp] = scan[0]
+            T.sync_threads()
+            before[0] = 0
+            total[0] = 0
+            for w in T.unroll(warps):
+                if w < warp:
+                    before[0] += warp_total[w]
+                total[0] += warp_total[w]
+            excl = carry[0] + before[0] + scan[0] - mine[0]
+            if req < b:
+                if bx == 0:
+                    cu_seqlens[req] = excl
+                lo = T.max(excl, t0)
+                hi = T.min(excl + mine[0], t_end)
+                if hi > lo:
+                    start = T.int64(0) if starts_dtype is None else T.cast(seq_starts[req], "int64")
+                    for k in T.serial(hi - lo):
+                        row_id[lo - t0 + k] = req
+                        row_at[lo - t0 + k] = start + T.cast(lo + k - excl, "int64")
+            carry[0] += total[0]
+            # The next chunk overwrites warp_total only after every thread has read it.
+            T.sync_threads()
+        if bx == 0 and tx == 0:
+            cu_seqlens[b] = carry[0]
+        for i in T.unroll(rounds):
+            r = i * threads + tx
+            if r < tile:
+                blk[0] = -2
+                off[0] = T.int64(0)
+                if row_id[r] >= 0:
+                    blk[0] = -1
+                    p = row_at[r]
+                    # A negative position or one past the table never reaches block_table.
+                    if p >= 0 and p // block_size < T.cast(max_blocks, "int64"):
+                        # Read once: the id is compared, then kept.
+                        phys[0] = block_table[row_id[r], p // block_size]
+                        if phys[0] >= 0 and phys[0] < num_blocks:
+                            blk[0] = phys[0]
+                            off[0] = p % block_size
+                row_id[r] = blk[0]
+                row_at[r] = off[0]
+        T.sync_threads()
+
+    return tile_rows
+
+
+def _signature_dtypes(lens_dtype: str, starts_dtype):
+    return lens_dtype, starts_dtype if starts_dtype is not None else lens_dtype
+
+
+@tilelang.jit
+def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype, *, x_align: int = 16):
+    """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache
+    of row width D (memoised per argument set)."""
+    _check_common(block_size, lens_dtype, starts_dtype)
+    cfg = bf16_config(D, x_align)
+    b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
+    lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)
+    tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
+    full, tail_lanes = divmod(cfg.row_vectors, tpr)
+    prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
+
+    @T.prim_func
+    def load_paged_kv_bf16(
+        cache: T.Tensor((num_blocks, block_size, D), "bfloat16"),
+        block_table: T.Tensor((b, max_blocks), "int32"),
+        seq_lens: T.Tensor((b,), lens_t),
+        seq_starts: T.Tensor((b,), starts_t),
+        out: T.Tensor((cap, D), "bfloat16"),
+        cu_seqlens: T.Tensor((b + 1,), "int32"),
+    ):
+        with T.Kernel(T.ceildiv(cap, cfg.tile_rows), threads=cfg.threads) as bx:
+            tx = T.get_thread_binding(0)
+            lane = tx % tpr
+            row_id = T.alloc_shared((cfg.tile_rows,), "int32")
+            row_at = T.alloc_shared((cfg.tile_rows,), "int64")
+            buf = T.alloc_local((steps, vec), "bfloat16")
+            prologue(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at)
+            for ps in T.unroll(_PASSES):
+                r = ps * rows + tx // tpr
+                # 64-bit block and row ids make every offset below 64-bit.
+                blk = T.cast(row_id[r], "int64")
+                off = row_at[r]
+                row = T.cast(bx * cfg.tile_rows + r, "int64")
+                if blk >= 0:
+                    for s in T.unroll(steps):
+                        if s < full or lane < tail_lanes:
+                            for v in T.vectorized(vec):
+                                buf[s, v] = cache[blk, off, (lane + s * tpr) * vec + v]
+                    for s in T.unroll(steps):
+                        if s < full or lane < tail_lanes:
+                            for v in T.vectorized(vec):
+                                out[row, (lane + s * tpr) * vec + v] = buf[s, v]
+                elif blk == -1:
+                    for s in T.unroll(steps):
+                        if s < full or lane < tail_lanes:
+                            for v in T.vectorized(vec):
+                                out[row, (lane + s * tpr) * vec + v] = T.bfloat16(0)
+
+    return load_paged_kv_bf16
+
+
+def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: str, starts_dtype):
+    """The record kernel of one layout: the shared prologue, then `dequant(lane, ...)` per row."""
+    _check_common(block_size, lens_dtype, starts_dtype)
+    cfg = record_config(records)
+    b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
+    lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)
+    R, tpr, rows = records.record_bytes, cfg.threads_per_row, cfg.rows_per_block
+    width = layout.WIDTH
+    rope_lanes = layout.ROPE * 2 // _MAX_VECTOR_BYTES
+    rope_elem = records.rope_offset // 2  # the rope's first bf16 element in a record
+    fp4 = records.group == 32
+    out_per_lane = 32 if fp4 else 16  # latent outputs of one lane (16 bytes of codes)
+    prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
+
+    @T.prim_func
+    def load_paged_kv_records(
+        cache: T.Tensor((num_blocks, block_size, R), "uint8"),
+        block_table: T.Tensor((b, max_blocks), "int32"),
+        seq_lens: T.Tensor((b,), lens_t),
+        seq_starts: T.Tensor((b,), starts_t),
+        out: T.Tensor((cap, width), "bfloat16"),
+        cu_seqlens: T.Tensor((b + 1,), "int32"),
+    ):
+        with T.Kernel(T.ceildiv(cap, cfg.tile_rows), threads=cfg.threads) as bx:
+            tx = T.get_thread_binding(0)
+            lane = tx % tpr
+            row_id = T.alloc_shared((cfg.tile_rows,), "int32")
+            row_at = T.alloc_shared((cfg.tile_rows,), "int64")
+            codes = T.alloc_local((16,), "uint8" if fp4 else "float8_e4m3")
+            rope = T.alloc_local((8,), "bfloat16")
+            sc = T.alloc_local((1,), "float32")
+            rope_bf16 = T.view(cache, (num_blocks, block_size, R // 2), "bfloat16")
+            e4m3 = T.view(cache, (num_blocks, block_size, R), "float8_e4m3")
+            scales_f32 = T.view(cache, (num_blocks, block_size, R // 4), "float32")
+            prologue(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at)
+            for ps in T.unroll(_PASSES):
+                r = ps * rows + tx // tpr
+                blk = T.cast(row_id[r], "int64")
+                off = row_at[r]
+                row = T.cast(bx * cfg.tile_rows + r, "int64")
+                if blk >= 0:
+                    if fp4:
+                        for v in T.vectorized(16):
+                            codes[v] = cache[blk, off, lane * 16 + v]
+                        sc[0] = F.ue8m0_value(cache[blk, off, records.scale_offset + lane])
+                    else:
+                        for v in T.vectorized(16):
+                            codes[v] = e4m3[blk, off, lane * 16 + v]
+                        sc[0] = scales_f32[blk, off, records.scale_offset // 4 + lane // (records.group // 16)]
+                    if lane < rope_lanes:
+                        for v in T.vectorized(8):
+                            rope[v] = rope_bf16[blk, off, rope_elem + lane * 8 + v]
+                    for i in T.unroll(out_per_lane // 8):
+                        for v in T.vectorized(8):
+                            if fp4:
+                                out[row, lane * out_per_lane + i * 8 + v] = T.cast(
+                                    F.e2m1_value(T.if_then_else(v % 2 == 1, codes[i * 4 + v // 2] >> T.uint8(4), codes[i * 4 + v // 2] & T.uint8(15)))
+                                    * sc[0],
+                                    "bfloat16",
+                                )
+                            else:
+                                out[row, lane * out_per_lane + i * 8 + v] = T.cast(T.cast(codes[i * 8 + v], "float32") * sc[0], "bfloat16")
+                    if lane < rope_lanes:
+                        for v in T.vectorized(8):
+                            out[row, layout.LATENT + lane * 8 + v] = rope[v]
+                elif blk == -1:
+                    for i in T.unroll(out_per_lane // 8):
+                        for v in T.vectorized(8):
+                            out[row, lane * out_per_lane + i * 8 + v] = T.bfloat16(0)
+                    if lane < rope_lanes:
+                        for v in T.vectorized(8):
+                            out[row, layout.LATENT + lane * 8 + v] = T.bfloat16(0)
+
+    return load_paged_kv_records
+
+
+@tilelang.jit
+def load_paged_kv_fp4_tl(block_size: int, lens_dtype: str, starts_dtype):
+    """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP4
+    record cache (layout.FP4, read as uint8), dequantised to (cap, 576) bf16."""
+    return _record_kernel(layout.FP4, block_size, lens_dtype, starts_dtype)
+
+
+@tilelang.jit
+def load_paged_kv_fp8_tl(block_size: int, lens_dtype: str, starts_dtype):
+    """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP8
+    record cache (layout.FP8, read as uint8), dequantised to (cap, 576) bf16."""
+    return _record_kernel(layout.FP8, block_size, lens_dtype, starts_dtype)

@@ -1,0 +1,562 @@
+"""Tests of `load_paged_kv_cache`: reference vs a Python-loop oracle over the block table, a
+store/load round trip, interface validation, codegen, and the device kernels.
+
+Suites (markers, selected by `--tl-suite`; see testing/plugin.py): ref, codegen_cuda, codegen_ascend,
+device. Inputs are drawn fresh per test from the plugin's per-test seed; outputs are poisoned first
+(NaN rows, so an unwritten row fails). Rows compare bit for bit; decoded records compare bit for
+bit except that every bf16 NaN counts as the same NaN (a NaN's payload is not part of the
+contract: CUDA's conversion yields one canonical NaN).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.load_paged_kv_cache import api, ref
+from kernels.store_kv_cache import layout
+from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
+
+KINDS = ["bf16", "fp4", "fp8"]
+_BF16_NAN = 0x7FC0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Inputs.
+
+
+def random_rows(n: int, d: int, device="cpu") -> torch.Tensor:
+    """(n, d) bf16 rows, normal with a random per-row scale (10^-3..10^3)."""
+    scale = torch.pow(10.0, torch.empty((n, 1), device=device).uniform_(-3, 3))
+    return (torch.randn((n, d), device=device) * scale).to(torch.bfloat16)
+
+
+def make_cache(kind: str, num_blocks: int, block_size: int, d: int = 576, device="cpu") -> torch.Tensor:
+    """A cache of random content: bf16 rows, or records encoded from random rows."""
+    rows = random_rows(num_blocks * block_size, d if kind == "bf16" else layout.WIDTH, device)
+    if kind == "bf16":
+        return rows.reshape(num_blocks, block_size, d)
+    records = layout.FP4 if kind == "fp4" else layout.FP8
+    encoded = layout.encode_rows(rows, records)
+    return encoded.view(records.cache_dtype).reshape(num_blocks, block_size, records.record_bytes)
+
+
+def random_table(b: int, max_blocks: int, num_blocks: int, invalid: float = 0.0, device="cpu") -> torch.Tensor:
+    """(b, max_blocks) int32: distinct physical blocks in shuffled order where the cache has enough,
+    else random ones; a fraction `invalid` replaced by -1, num_blocks or a large id."""
+    count = b * max_blocks
+    if count <= num_blocks:
+        ids = torch.randperm(num_blocks)[:count]
+    else:
+        ids = torch.randint(0, num_blocks, (count,))
+    ids = ids.to(torch.int32).reshape(b, max_blocks)
+    if invalid:
+        bad = torch.rand(b, max_blocks) < invalid
+        choice = torch.tensor([-1, num_blocks, 2**31 - 1, -(2**31)], dtype=torch.int32)
+        ids = torch.where(bad, choice[torch.randint(0, 4, (b, max_blocks))], ids)
+    return ids.to(device)
+
+
+def index_tensor(values, dtype, device="cpu") -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype).to(device)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The independent oracle: Python loops over the block table.
+
+
+def cache_slot_rows(cache: torch.Tensor) -> torch.Tensor:
+    """(num_blocks * block_size, W) rows of the cache, as stored (records as uint8)."""
+    nb, bs, w = cache.shape
+    return (cache if cache.dtype == torch.bfloat16 else cache.view(torch.uint8)).reshape(nb * bs, w)
+
+
+def decode_one(cache: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+    records = layout.record_layout(cache.dtype)
+    return stored if records is None else layout.decode_records(stored[None], records)[0]
+
+
+def oracle(cache, block_table, seq_lens, seq_starts=None):
+    """(rows (total, D) bf16, cu_seqlens list) by walking every request's positions."""
+    nb, bs, _ = cache.shape
+    stored = cache_slot_rows(cache)
+    d = stored.shape[1] if cache.dtype == torch.bfloat16 else layout.WIDTH
+    table = block_table.tolist()
+    rows, cu = [], [0]
+    for b, length in enumerate(seq_lens.tolist()):
+        length = max(length, 0)
+        start = 0 if seq_starts is None else seq_starts[b].item()
+        for p in range(start, start + length):
+            j = p // bs
+            if p < 0 or j >= len(table[b]) or not 0 <= table[b][j] < nb:
+                rows.append(torch.zeros(d, dtype=torch.bfloat16))
+            else:
+                rows.append(decode_one(cache, stored[table[b][j] * bs + p % bs]))
+        cu.append(cu[-1] + length)
+    out = torch.stack(rows) if rows else torch.zeros((0, d), dtype=torch.bfloat16)
+    return out, cu
+
+
+def canonical_nan(t: torch.Tensor) -> torch.Tensor:
+    """bf16 bits with every NaN replaced by one NaN pattern."""
+    bits = as_bits(t.contiguous()).cpu()
+    return torch.where(torch.isnan(t.cpu()), torch.full_like(bits, _BF16_NAN), bits).view(torch.bfloat16)
+
+
+def assert_rows_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    assert_bitwise_equal(canonical_nan(actual), canonical_nan(expected), what=what)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Request sets: lengths 0 and 1, lengths ending on and one past a block boundary, unaligned starts,
+# requests running past their table (zero rows), invalid block ids.
+
+
+def request_set(block_size: int, max_blocks: int):
+    """(seq_lens, seq_starts) lists covering the edge cases for this block size and table width."""
+    bs, cap = block_size, block_size * max_blocks
+    lens = [0, 1, bs, bs + 1, 2 * bs, 2 * bs - 1, 3, cap, cap + 2, 0, 5, bs * max(1, max_blocks - 1) + 1]
+    starts = [3, 0, 0, bs - 1, 1, bs, cap - 1, 0, 0, 7, -2, bs + 3]
+    return lens, [min(s, cap) for s in starts]
+
+
+CASES = [
+    # (kind, D, num_blocks, block_size, max_blocks)
+    ("bf16", 576, 40, 16, 4),
+    ("bf16", 128, 9, 64, 2),
+    ("bf16", 7, 30, 4, 5),
+    ("bf16", 512, 12, 1, 9),
+    ("fp4", 576, 40, 16, 4),
+    ("fp4", 576, 20, 3, 6),
+    ("fp8", 576, 40, 16, 4),
+    ("fp8", 576, 6, 64, 2),
+]
+
+
+def _case_id(case) -> str:
+    return "-".join(map(str, case))
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("lens_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("with_starts", [False, True], ids=["no_starts", "starts"])
+def test_ref_matches_oracle(case, lens_dtype, with_starts):
+    kind, d, nb, bs, mb = case
+    cache = make_cache(kind, nb, bs, d)
+    lens, starts = request_set(bs, mb)
+    table = random_table(len(lens), mb, nb, invalid=0.1)
+    seq_lens = index_tensor(lens, lens_dtype)
+    seq_starts = index_tensor(starts, torch.int64 if lens_dtype == torch.int32 else torch.int32) if with_starts else None
+    rows, cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts)
+    expected, e_cu = oracle(cache, table, seq_lens, seq_starts)
+    assert cu.dtype == torch.int32 and cu.tolist() == e_cu
+    assert_rows_equal(rows, expected, f"{case} rows")
+    # A larger num_tokens appends zero rows; a smaller one cuts the last rows.
+    more, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, e_cu[-1] + 5)
+    assert_rows_equal(more[: e_cu[-1]], expected, "num_tokens > total")
+    assert not more[e_cu[-1] :].any()
+    fewer, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, e_cu[-1] // 2)
+    assert_rows_equal(fewer, expected[: e_cu[-1] // 2], "num_tokens < total")
+
+
+@pytest.mark.ref
+def test_ref_negative_lengths_count_as_zero():
+    cache = make_cache("bf16", 8, 4, 16)
+    table = random_table(3, 3, 8)
+    seq_lens = torch.tensor([2, -5, 3], dtype=torch.int64)
+    rows, cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens)
+    expected, e_cu = oracle(cache, table, seq_lens)
+    assert cu.tolist() == e_cu == [0, 2, 2, 5]
+    assert_rows_equal(rows, expected, "rows")
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("kind", KINDS)
+def test_ref_non_finite_records(kind):
+    # Inf and NaN in the stored rows: bf16 rows are bit copies; records decode as decode_records.
+    nb, bs = 4, 8
+    src = random_rows(nb * bs, layout.WIDTH)
+    src[3, 5] = math.inf
+    src[9, 100] = math.nan
+    src[17, 530] = -math.inf  # rope
+    if kind == "bf16":
+        cache = src.reshape(nb, bs, layout.WIDTH)
+    else:
+        records = layout.FP4 if kind == "fp4" else layout.FP8
+        cache = layout.encode_rows(src, records).view(records.cache_dtype).reshape(nb, bs, -1)
+    table = torch.tensor([[2, 0, 3, 1]], dtype=torch.int32)
+    seq_lens = torch.tensor([nb * bs], dtype=torch.int32)
+    rows, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens)
+    expected, _ = oracle(cache, table, seq_lens)
+    assert_rows_equal(rows, expected, kind)
+    if kind == "bf16":
+        assert_bitwise_equal(rows, expected, what="bf16 NaN payloads are copied")
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_through_records(kind):
+    # Rows encoded into random slots and loaded back give decode_records of the same rows (the rows
+    # themselves for bf16).
+    nb, bs, b = 16, 8, 3
+    cache = make_cache(kind, nb, bs)
+    lens = [5, 0, 19]
+    starts = [2, 0, 9]
+    table = random_table(b, 4, nb)
+    rows = random_rows(sum(lens), layout.WIDTH)
+    flat = cache_slot_rows(cache)
+    records = layout.record_layout(cache.dtype)
+    encoded = rows if records is None else layout.encode_rows(rows, records)
+    k = 0
+    for r, (n, s) in enumerate(zip(lens, starts)):
+        for p in range(s, s + n):
+            flat[int(table[r, p // bs]) * bs + p % bs] = encoded[k]
+            k += 1
+    out = poisoned((sum(lens), layout.WIDTH), torch.bfloat16, "cpu")
+    got, cu = api.load_paged_kv_cache(cache, table, torch.tensor(lens), torch.tensor(starts), out=out)
+    assert got is out and cu.tolist() == [0, 5, 5, 24]
+    expected = rows if records is None else layout.decode_records(encoded, records)
+    assert_bitwise_equal(out, expected, what=f"{kind} round trip")
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("kind", KINDS)
+def test_cpu_interface_capacity(kind):
+    nb, bs = 20, 16
+    cache = make_cache(kind, nb, bs)
+    lens, starts = request_set(bs, 3)
+    table = random_table(len(lens), 3, nb, invalid=0.1)
+    seq_lens, seq_starts = torch.tensor(lens, dtype=torch.int32), torch.tensor(starts)
+    expected, e_cu = oracle(cache, table, seq_lens, seq_starts)
+    total = e_cu[-1]
+    # Rows past the total stay untouched.
+    out = poisoned((total + 7, layout.WIDTH), torch.bfloat16, "cpu")
+    cu = poisoned((len(lens) + 1,), torch.int32, "cpu")
+    got, got_cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, out=out, cu_seqlens=cu)
+    assert got is out and got_cu is cu and cu.tolist() == e_cu
+    assert_rows_equal(out[:total], expected, "rows")
+    assert torch.isnan(out[total:].float()).all(), "rows past the total must stay untouched"
+    # num_tokens below the total: rows from num_tokens on are never written; cu_seqlens is whole.
+    out = poisoned((total, layout.WIDTH), torch.bfloat16, "cpu")
+    _, cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=total - 10, out=out)
+    assert cu.tolist() == e_cu
+    assert_rows_equal(out[: total - 10], expected[: total - 10], "cut rows")
+    assert torch.isnan(out[total - 10 :].float()).all()
+    # The convenience path sizes out exactly.
+    got, cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts)
+    assert got.shape == (total, layout.WIDTH) and cu.tolist() == e_cu
+    assert_rows_equal(got, expected, "convenience")
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("b,lens", [(0, []), (3, [0, 0, 0])], ids=["no_requests", "all_empty"])
+def test_empty_batch_is_well_defined(monkeypatch, no_kernel_launches, b, lens):
+    def fail(*_, **__):
+        raise AssertionError("an empty batch must not reach the row reference or a kernel")
+
+    monkeypatch.setattr(ref, "load_paged_kv_cache_ref", fail)
+    cache = make_cache("bf16", 4, 16, 64)
+    table = random_table(b, 2, 4)
+    cu = poisoned((b + 1,), torch.int32, "cpu")
+    out, got = api.load_paged_kv_cache(cache, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens=cu)
+    assert got is cu and cu.tolist() == [0] * (b + 1) and out.shape == (0, 64)
+    out, cu = api.load_paged_kv_cache(cache, table, torch.tensor(lens, dtype=torch.int64), num_tokens=0)
+    assert out.shape == (0, 64) and cu.tolist() == [0] * (b + 1)
+
+
+def _bad_inputs():
+    cache = make_cache("bf16", 4, 8, 32)
+    fp4 = make_cache("fp4", 4, 8)
+    table = random_table(2, 3, 4)
+    lens = torch.tensor([3, 4], dtype=torch.int32)
+    starts = torch.tensor([0, 1], dtype=torch.int64)
+    base = dict(cache=cache, block_table=table, seq_lens=lens, seq_starts=starts)
+
+    def out(rows=7, d=32, dtype=torch.bfloat16):
+        return poisoned((rows, d), dtype, "cpu")
+
+    def cu(n=3, dtype=torch.int32):
+        return poisoned((n,), dtype, "cpu")
+
+    shared = torch.zeros(64, dtype=torch.int32)
+    # A record cache whose storage starts one byte past an aligned address.
+    misaligned = torch.zeros(fp4.numel() + 1, dtype=torch.uint8)[1:].view(fp4.dtype).reshape(fp4.shape)
+    cases = [
+        ("cache-not-tensor", dict(cache=cache.tolist()), TypeError, "cache must be a torch.Tensor"),
+        ("cache-fp32", dict(cache=cache.float()), TypeError, "cache has dtype torch.float32"),
+        ("cache-uint8", dict(cache=fp4.view(torch.uint8)), TypeError, "cache has dtype torch.uint8"),
+        ("cache-2d", dict(cache=cache[0]), ValueError, "cache must be 3-D"),
+        ("cache-strided", dict(cache=cache[:, :, ::2]), ValueError, "cache must be contiguous"),
+        ("cache-no-blocks", dict(cache=cache[:0]), ValueError, "cache must have at least one block"),
+        ("cache-too-wide", dict(cache=torch.zeros(1, 1, 16385, dtype=torch.bfloat16)), ValueError, "cache has row width 16385"),
+        ("cache-record-width", dict(cache=fp4[:, :, :399].contiguous()), ValueError, "must hold 400-byte records"),
+        ("cache-on-meta", dict(cache=cache.to("meta")), ValueError, "tensors on meta are not supported"),
+        ("table-int64", dict(block_table=table.long()), TypeError, "block_table has dtype torch.int64"),
+        ("table-1d", dict(block_table=table[0]), ValueError, "block_table must be 2-D"),
+        ("table-strided", dict(block_table=random_table(2, 6, 4)[:, ::2]), ValueError, "block_table must be contiguous"),
+        ("table-no-columns", dict(block_table=table[:, :0]), ValueError, "block_table must have at least one column"),
+        ("table-other-device", dict(block_table=table.to("meta")), ValueError, "block_table is on meta"),
+        ("lens-float", dict(seq_lens=lens.float()), TypeError, "seq_lens has dtype torch.float32"),
+        ("lens-wrong-length", dict(seq_lens=lens[:1]), ValueError, "seq_lens must have shape (2,)"),
+        ("lens-2d", dict(seq_lens=lens[None]), ValueError, "seq_lens must have shape (2,)"),
+        ("starts-int16", dict(seq_starts=starts.short()), TypeError, "seq_starts has dtype torch.int16"),
+        ("starts-wrong-length", dict(seq_starts=torch.zeros(3, dtype=torch.int64)), ValueError, "seq_starts must have shape (2,)"),
+        ("num-tokens-float", dict(num_tokens=3.0), TypeError, "num_tokens must be an int"),
+        ("num-tokens-bool", dict(num_tokens=True), TypeError, "num_tokens must be an int"),
+        ("num-tokens-negative", dict(num_tokens=-1), ValueError, "num_tokens must be >= 0"),
+        ("out-too-small", dict(num_tokens=8), ValueError, "out has 7 rows, fewer than num_tokens 8"),
+        ("out-fp32", dict(out=out(dtype=torch.float32)), TypeError, "out has dtype torch.float32"),
+        ("out-d-mismatch", dict(out=out(d=33)), ValueError, "out must have 32 columns"),
+        ("out-1d", dict(out=poisoned((32,), torch.bfloat16, "cpu")), ValueError, "out must be 2-D"),
+        ("out-strided", dict(out=out(d=64)[:, ::2]), ValueError, "out must be contiguous"),
+        ("cache-misaligned", dict(cache=misaligned, out=out(d=576)), ValueError, "a fp4 cache and out must be 16-byte aligned"),
+        ("out-fp4-d", dict(cache=fp4, out=out(d=32)), ValueError, "out must have 576 columns"),
+        ("cu-short", dict(cu_seqlens=cu(2)), ValueError, "cu_seqlens must be (3,)"),
+        ("cu-int64", dict(cu_seqlens=cu(3, torch.int64)), ValueError, "cu_seqlens must be (3,)"),
+        ("cu-is-lens", dict(seq_lens=shared[:2], cu_seqlens=shared[1:4]), ValueError, "cu_seqlens overlaps seq_lens"),
+        ("out-is-cache", dict(out=cache.view(-1, 32)[:7]), ValueError, "out overlaps cache"),
+    ]
+    result = []
+    for name, kw, error, message in cases:
+        kwargs = {**base, "out": out(), "cu_seqlens": cu(), **kw}
+        result.append((name, kwargs, error, message))
+    return result
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
+def test_bad_input_raises_and_writes_nothing(case):
+    _, kwargs, error, message = case
+    written = [kwargs.get("out"), kwargs.get("cu_seqlens")]
+    assert_rejected_without_writes(api.load_paged_kv_cache, kwargs, error, message, [w for w in written if w is not None and w is not kwargs["cache"]])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Codegen (CPU): every shipped configuration lowers, compiles and fits on chip.
+
+
+def _configs(backend: str) -> list[tuple[str, tuple]]:
+    import importlib
+
+    module = importlib.import_module(f"kernels.load_paged_kv_cache.{backend}")
+    return [(factory, c) for factory, configs in module.load_paged_kv_shipped_configs().items() for c in configs]
+
+
+def _config_id(case) -> str:
+    factory, config = case
+    return factory.removeprefix("load_paged_kv_").removesuffix("_tl") + "-" + "-".join(map(str, config))
+
+
+def _call(factory: str, config: tuple) -> tuple[tuple, dict]:
+    """(args, kwargs) of one shipped configuration (the bf16 factory's last entry is x_align)."""
+    if factory == "load_paged_kv_bf16_tl":
+        return config[:-1], {"x_align": config[-1]}
+    return config, {}
+
+
+@pytest.mark.codegen_cuda
+def test_cuda_shipped_configs_cover_the_paths():
+    from kernels.load_paged_kv_cache import cuda
+
+    configs = cuda.load_paged_kv_shipped_configs()
+    bf16 = [cuda.bf16_config(d, a) for d, _, _, _, a in configs["load_paged_kv_bf16_tl"]]
+    assert any(c.row_vectors % c.threads_per_row for c in bf16) and any(c.row_vectors % c.threads_per_row == 0 for c in bf16)
+    assert any(c.threads_per_row > 32 for c in bf16) and any(c.tile_rows > c.threads for c in bf16)
+    # The worst register case: the widest row at the narrowest vectors.
+    assert max(c.steps for c in bf16) == cuda.bf16_config(cuda.MAX_D, 2).steps
+    every = [c for cs in configs.values() for c in cs]
+    assert {None, "int32", "int64"} <= {c[-2] if len(c) == 5 else c[-1] for c in every}
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("case", _configs("cuda"), ids=_config_id)
+def test_cuda_config_compiles_without_spills(arch, case):
+    from kernels.load_paged_kv_cache import cuda
+    from testing import codegen_cuda
+
+    factory, config = case
+    fn = getattr(cuda, factory)
+    args, kwargs = _call(factory, config)
+    lowered = codegen_cuda.lower_cuda(fn, *args, arch=arch, **kwargs)
+    # 64-bit cache offsets: the block id is widened before it meets the block stride.
+    assert "(int64_t)blk" in lowered.source
+    assert "atomic" not in lowered.source.lower(), "the prefix sum is in a fixed order, without atomics"
+    report = codegen_cuda.check_cuda_resources(fn, *args, arch=arch, **kwargs)
+    assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_ascend
+@pytest.mark.parametrize("case", _configs("asc"), ids=_config_id)
+def test_ascend_config_lowers_and_fits_ub(case):
+    from kernels.load_paged_kv_cache import asc
+    from testing import codegen_ascend
+
+    factory, config = case
+    fn = getattr(asc, factory)
+    args, kwargs = _call(factory, config)
+    source = codegen_ascend.ascend_source(fn, *args, **kwargs)
+    assert "__global__" in source or "__aicore__" in source
+    codegen_ascend.assert_ub_fits(fn, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Device: the backend's kernel against the reference, on the accelerator.
+
+
+def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str, num_tokens=None) -> None:
+    """Load into a poisoned out with `extra_rows` spare rows; compare with the reference; spare rows
+    and rows past num_tokens stay poisoned."""
+    device = cache.device
+    cu_ref = ref.cu_seqlens_ref(seq_lens)
+    total = int(cu_ref[-1])
+    rows_cap = total + extra_rows
+    limit = rows_cap if num_tokens is None else num_tokens
+    d = out_width(cache)
+    out = poisoned((rows_cap, d), torch.bfloat16, device)
+    cu = poisoned((seq_lens.shape[0] + 1,), torch.int32, device)
+    got, got_cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=num_tokens, out=out, cu_seqlens=cu)
+    assert got is out and got_cu is cu
+    assert_bitwise_equal(cu, cu_ref, what=f"{what} cu_seqlens")
+    written = min(total, limit)
+    expected, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, written)
+    assert_rows_equal(out[:written], expected, f"{what} rows")
+    assert torch.isnan(out[written:].float()).all(), f"{what}: rows past the total or num_tokens were written"
+
+
+def out_width(cache: torch.Tensor) -> int:
+    return cache.shape[2] if cache.dtype == torch.bfloat16 else layout.WIDTH
+
+
+DEVICE_CASES = [
+    # (kind, D, num_blocks, block_size, max_blocks)
+    ("bf16", 576, 300, 64, 8),
+    ("bf16", 512, 300, 16, 12),
+    ("bf16", 128, 100, 1, 40),
+    ("bf16", 4096, 50, 16, 4),
+    ("bf16", 7, 60, 64, 3),
+    ("bf16", 16384, 20, 4, 4),
+    ("fp4", 576, 300, 64, 8),
+    ("fp4", 576, 200, 16, 10),
+    ("fp8", 576, 300, 64, 8),
+    ("fp8", 576, 100, 1, 40),
+]
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("case", DEVICE_CASES, ids=_case_id)
+@pytest.mark.parametrize("lens_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("with_starts", [False, True], ids=["no_starts", "starts"])
+def test_device_matches_ref(device, case, lens_dtype, with_starts):
+    kind, d, nb, bs, mb = case
+    cache = make_cache(kind, nb, bs, d, device)
+    lens, starts = request_set(bs, mb)
+    # Shuffled, mostly distinct blocks, some ids invalid; the edge-case requests plus random ones.
+    lens += torch.randint(0, bs * mb, (20,)).tolist()
+    starts += torch.randint(0, bs * mb, (20,)).tolist()
+    table = random_table(len(lens), mb, nb, invalid=0.05, device=device)
+    seq_lens = index_tensor(lens, lens_dtype, device)
+    seq_starts = index_tensor(starts, torch.int32 if lens_dtype == torch.int64 else torch.int64, device) if with_starts else None
+    _check_device(cache, table, seq_lens, seq_starts, 37, f"{case}")
+    total = sum(max(n, 0) for n in lens)
+    _check_device(cache, table, seq_lens, seq_starts, 0, f"{case} exact", num_tokens=total)
+    _check_device(cache, table, seq_lens, seq_starts, 5, f"{case} cut", num_tokens=total // 3)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("b", [1, 300, 3000])
+def test_device_many_requests(device, kind, b):
+    # More requests than a block's threads: the prefix runs over several chunks with a carry.
+    nb, bs, mb = 512, 16, 4
+    cache = make_cache(kind, nb, bs, 576, device)
+    table = random_table(b, mb, nb, invalid=0.02, device=device)
+    seq_lens = torch.randint(0, bs * mb + 3, (b,), device=device)
+    seq_starts = torch.randint(0, 20, (b,), device=device, dtype=torch.int32)
+    _check_device(cache, table, seq_lens, seq_starts, 11, f"{kind} B={b}")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("kind", KINDS)
+def test_device_round_trip(device, kind):
+    nb, bs, b = 64, 64, 4
+    cache = make_cache(kind, nb, bs, 576, device)
+    lens, starts = [64, 1, 129, 0], [0, 63, 5, 0]
+    table = random_table(b, 4, nb, device=device)
+    rows = random_rows(sum(lens), layout.WIDTH, device)
+    records = layout.record_layout(cache.dtype)
+    encoded = rows if records is None else layout.encode_rows(rows, records)
+    slots = [int(table[r, p // bs]) * bs + p % bs for r, (n, s) in enumerate(zip(lens, starts)) for p in range(s, s + n)]
+    cache_slot_rows(cache)[torch.tensor(slots, device=device)] = encoded
+    out = poisoned((sum(lens), layout.WIDTH), torch.bfloat16, device)
+    api.load_paged_kv_cache(cache, table, index_tensor(lens, torch.int32, device), index_tensor(starts, torch.int64, device), out=out)
+    expected = rows if records is None else layout.decode_records(encoded, records)
+    assert_bitwise_equal(out, expected, what=f"{kind} round trip")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("kind", ["fp8", "bf16"])
+def test_device_64bit_offsets(device, kind):
+    # The last blocks of a cache past 2**31 bytes (and, for bf16, elements).
+    bs = 64
+    width = 656 if kind == "fp8" else 576
+    nb = 2**31 // (bs * width) + 8
+    cache = torch.zeros((nb, bs, width), dtype=torch.uint8 if kind == "fp8" else torch.bfloat16, device=device)
+    if kind == "fp8":
+        cache = cache.view(torch.float8_e4m3fn)
+    last = torch.tensor([[nb - 1, nb - 3, 5]], dtype=torch.int32, device=device)
+    fresh = make_cache(kind, 3, bs, 576, device)
+    cache[nb - 1] = fresh[0]
+    cache[nb - 3] = fresh[1]
+    cache[5] = fresh[2]
+    seq_lens = torch.tensor([3 * bs], dtype=torch.int32, device=device)
+    _check_device(cache, last, seq_lens, torch.tensor([1], device=device), 3, f"{kind} 64-bit")
+
+
+@pytest.mark.device
+def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
+    cache = make_cache("fp4", 4, 16, 576, device)
+    for b, lens in [(0, []), (2, [0, 0])]:
+        table = random_table(b, 2, 4, device=device)
+        cu = poisoned((b + 1,), torch.int32, device)
+        out, got = api.load_paged_kv_cache(cache, table, torch.tensor(lens, dtype=torch.int32, device=device), num_tokens=0, cu_seqlens=cu)
+        assert out.shape == (0, 576) and got is cu and cu.tolist() == [0] * (b + 1)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("kind", KINDS)
+def test_device_cuda_graph_replay(device, backend, kind):
+    # A decode step's load must be capturable: no host sync, lengths and tables read at run time.
+    if backend != "cuda":
+        pytest.skip("CUDA graphs are a CUDA feature")
+    nb, bs, b, mb = 128, 64, 8, 8
+    cache = make_cache(kind, nb, bs, 576, device)
+    table = random_table(b, mb, nb, device=device)
+    seq_lens = torch.zeros((b,), dtype=torch.int32, device=device)
+    seq_starts = torch.zeros((b,), dtype=torch.int64, device=device)
+    cap = b * bs * mb
+    out = poisoned((cap, 576), torch.bfloat16, device)
+    cu = poisoned((b + 1,), torch.int32, device)
+
+    def call():
+        api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=cap, out=out, cu_seqlens=cu)
+
+    call()  # compile and load outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(3):
+        lens = torch.randint(0, bs * 3, (b,))
+        seq_lens.copy_(lens.to(device))
+        seq_starts.copy_(torch.randint(0, bs * 4, (b,)).to(device))
+        table.copy_(random_table(b, mb, nb, invalid=0.05, device=device))
+        out.copy_(poisoned((cap, 576), torch.bfloat16, device))
+        graph.replay()
+        total = int(lens.sum())
+        expected, e_cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, total)
+        assert_bitwise_equal(cu, e_cu, what="graph cu_seqlens")
+        assert_rows_equal(out[:total], expected, "graph rows")
+        assert torch.isnan(out[total:].float()).all()
