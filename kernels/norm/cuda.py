@@ -566,8 +566,10 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
 
     @T.macro
     def load_weight(weight, lane, wbuf):
-        """wbuf[s] = the weight vector of step s. Issued with the row's loads: after the reduction
-        the weight is already in registers, not one more round trip on the critical path."""
+        """wbuf[s] = the weight vector of step s. The plain variant issues these with the row's
+        loads, so after the reduction the weight is already in registers instead of one more round
+        trip on the critical path; the fused variant, which holds the residual too, has no
+        registers to spare (it spills on sm_100a) and loads each step's weight just before use."""
         for s in T.unroll(full):
             load_weight_step(weight, lane, wbuf, s)
         if tail_lanes:
@@ -575,7 +577,9 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                 load_weight_step(weight, lane, wbuf, full)
 
     @T.macro
-    def normalise_step(y, row, lane, buf, inv, wbuf, s):
+    def normalise_step(weight, y, row, lane, buf, inv, wbuf, s, prefetched):
+        if not prefetched:
+            load_weight_step(weight, lane, wbuf, s)
         for v in T.vectorized(vec):
             buf[s, v] = T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[s, v], "float32"), dtype)
         if with_y:
@@ -583,14 +587,14 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                 y[row, (lane + s * tpr) * vec + v] = buf[s, v]
 
     @T.macro
-    def normalise_row(y, row, lane, buf, inv, wbuf):
+    def normalise_row(weight, y, row, lane, buf, inv, wbuf, prefetched):
         """buf <- (buf * inv) * weight rounded to dtype (the y the FP8 output quantises); also
-        stored into y's row when with_y."""
+        stored into y's row when with_y. `prefetched`: wbuf already holds the weight."""
         for s in T.unroll(full):
-            normalise_step(y, row, lane, buf, inv, wbuf, s)
+            normalise_step(weight, y, row, lane, buf, inv, wbuf, s, prefetched)
         if tail_lanes:
             if lane < tail_lanes:
-                normalise_step(y, row, lane, buf, inv, wbuf, full)
+                normalise_step(weight, y, row, lane, buf, inv, wbuf, full, prefetched)
 
     @T.macro
     def amax_step(buf, m, s):
@@ -724,12 +728,12 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
                 if residual is not None:
                     rbuf = T.alloc_local((steps, vec), dtype)
                     load_row(residual, row, lane, rbuf)
-                load_weight(weight, lane, wbuf)
-                if residual is not None:
                     add_rows(residual, row, lane, buf, rbuf)
+                else:
+                    load_weight(weight, lane, wbuf)
             inv_rms(buf, row < t, tx, red, inv)
             if row < t:
-                normalise_row(y, row, lane, buf, inv, wbuf)
+                normalise_row(weight, y, row, lane, buf, inv, wbuf, residual is None)
             quantise_row(q, scale, row, row < t, tx, buf, red_max)
 
     if residual and with_y:
