@@ -60,6 +60,7 @@ from kernels.get_kv_index.ref import (
     paged_kv_indices_shipped_configs,
     slot_mapping_shipped_configs,
 )
+from kernels.tl_scan import block_scan_macro
 
 __all__ = [
     "INDEX_DTYPES",
@@ -210,6 +211,7 @@ def paged_kv_indices_tl(block_size: int, page_size: int, len_dtype: str):
     B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
     Bp, cap = T.dynamic("B_plus_1"), T.dynamic("capacity")
     K = _SCAN_PER_THREAD
+    scan_block = block_scan_macro(_WARPS)
 
     @T.prim_func
     def paged_kv_indices(
@@ -244,20 +246,7 @@ def paged_kv_indices_tl(block_size: int, page_size: int, len_dtype: str):
                         lens[k] = T.max(T.min(T.cast(seq_lens[first + k], "int64"), T.cast(M, "int64") * block_size), 0)
                     pages[k] = T.cast((lens[k] + (page_size - 1)) // page_size, "int32")
                     mine[0] += pages[k]
-                scan[0] = mine[0]
-                for i in T.unroll(5):
-                    up = T.shfl_up(scan[0], 1 << i)
-                    if lane >= (1 << i):
-                        scan[0] += up
-                if lane == _WARP - 1:
-                    warp_total[warp] = scan[0]
-                T.sync_threads()
-                before[0] = 0
-                total[0] = 0
-                for w in T.unroll(_WARPS):
-                    if w < warp:
-                        before[0] += warp_total[w]
-                    total[0] += warp_total[w]
+                scan_block(mine, scan, before, total, warp_total, warp, lane)
                 run[0] = carry[0] + before[0] + scan[0] - mine[0]
                 for k in T.unroll(K):
                     starts[tx * K + k] = run[0]

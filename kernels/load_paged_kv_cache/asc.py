@@ -20,13 +20,13 @@ positions and cache offsets are 64-bit. `x_align` is accepted for signature pari
 import tilelang
 import tilelang.ascend.language as T
 
+from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_factory_args
 from kernels.quant import tl_formats as F
 from kernels.static_args import row_elements
 from kernels.store_kv_cache import layout
 
 __all__ = ["INDEX_DTYPES", "MAX_D", "load_paged_kv_bf16_tl", "load_paged_kv_fp4_tl", "load_paged_kv_fp8_tl", "load_paged_kv_shipped_configs", "tile_rows"]
 
-INDEX_DTYPES = ("int32", "int64")
 MAX_D = 16384
 _VECTOR_CORES = 64
 # Output bytes per tile: whole rows up to 32 KiB, at most 32 rows (the scalar per-row work).
@@ -48,15 +48,6 @@ def _pad(n: int, elem_bytes: int) -> int:
     return -(-n // per) * per
 
 
-def _check_common(block_size: int, lens_dtype: str, starts_dtype) -> None:
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"load_paged_kv_cache: block_size must be a positive int, got {block_size!r}")
-    if lens_dtype not in INDEX_DTYPES:
-        raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
-    if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
-        raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
-
-
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,) for bf16]}: tiles of 28 rows (576), of 32 rows
     (the cap, 128), of one row (16384, the largest UB footprint); an odd width; both index dtypes
@@ -70,7 +61,7 @@ def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
 
 def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
     """The kernel of one cache layout (records None: bf16 rows of width D)."""
-    _check_common(block_size, lens_dtype, starts_dtype)
+    check_factory_args(block_size, lens_dtype, starts_dtype)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     starts_t = starts_dtype if starts_dtype is not None else lens_dtype
     width = D if records is None else layout.WIDTH

@@ -59,9 +59,11 @@ import dataclasses
 import tilelang
 import tilelang.language as T
 
+from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_factory_args
 from kernels.quant import tl_formats as F
 from kernels.static_args import next_pow2, row_elements
 from kernels.store_kv_cache import layout
+from kernels.tl_scan import block_scan_macro
 
 __all__ = [
     "INDEX_DTYPES",
@@ -75,7 +77,6 @@ __all__ = [
     "record_config",
 ]
 
-INDEX_DTYPES = ("int32", "int64")
 # Widest bf16 row: a row lives in one block (at most 1024 threads of at most 16 vectors).
 MAX_D = 16384
 
@@ -108,15 +109,6 @@ class LoadConfig:
     @property
     def tile_rows(self) -> int:
         return self.rows_per_block * _PASSES
-
-
-def _check_common(block_size: int, lens_dtype: str, starts_dtype) -> None:
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"load_paged_kv_cache: block_size must be a positive int, got {block_size!r}")
-    if lens_dtype not in INDEX_DTYPES:
-        raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
-    if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
-        raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
 
 
 def bf16_config(D: int, x_align: int = 16) -> LoadConfig:
@@ -168,6 +160,7 @@ def _tile_rows_macro(cfg: LoadConfig, block_size: int, starts_dtype, b, max_bloc
     rewritten in place by the row's own thread, so no thread reads what another overwrites."""
     tile, threads = cfg.tile_rows, cfg.threads
     warps = threads // _WARP
+    scan_block = block_scan_macro(warps)
     rounds = -(-tile // threads)
 
     @T.macro
@@ -195,20 +188,7 @@ def _tile_rows_macro(cfg: LoadConfig, block_size: int, starts_dtype, b, max_bloc
             mine[0] = 0
             if req < b:
                 mine[0] = T.cast(T.min(T.max(seq_lens[req], 0), _INT32_MAX), "int32")
-            scan[0] = mine[0]
-            for i in T.unroll(5):
-                up = T.shfl_up(scan[0], 1 << i)
-                if lane >= (1 << i):
-                    scan[0] += up
-            if lane == _WARP - 1:
-                warp_total[warp] = scan[0]
-            T.sync_threads()
-            before[0] = 0
-            total[0] = 0
-            for w in T.unroll(warps):
-                if w < warp:
-                    before[0] += warp_total[w]
-                total[0] += warp_total[w]
+            scan_block(mine, scan, before, total, warp_total, warp, lane)
             excl = carry[0] + before[0] + scan[0] - mine[0]
             if req < b:
                 if bx == 0:
@@ -255,7 +235,7 @@ def _signature_dtypes(lens_dtype: str, starts_dtype):
 def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype, *, x_align: int = 16):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache
     of row width D (memoised per argument set)."""
-    _check_common(block_size, lens_dtype, starts_dtype)
+    check_factory_args(block_size, lens_dtype, starts_dtype)
     cfg = bf16_config(D, x_align)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)
@@ -305,7 +285,7 @@ def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype
 
 def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: str, starts_dtype):
     """The record kernel of one layout: the shared prologue, then `dequant(lane, ...)` per row."""
-    _check_common(block_size, lens_dtype, starts_dtype)
+    check_factory_args(block_size, lens_dtype, starts_dtype)
     cfg = record_config(records)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)

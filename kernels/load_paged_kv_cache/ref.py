@@ -34,7 +34,21 @@ import torch
 
 from kernels.store_kv_cache import layout
 
-__all__ = ["cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
+__all__ = ["INDEX_DTYPES", "check_factory_args", "cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
+
+# Element type names of seq_lens / seq_starts the backends' factories take.
+INDEX_DTYPES = ("int32", "int64")
+
+
+def check_factory_args(block_size: int, lens_dtype: str, starts_dtype) -> None:
+    """ValueError unless block_size is a positive int, lens_dtype one of INDEX_DTYPES and
+    starts_dtype None or one of INDEX_DTYPES: the static arguments every backend factory takes."""
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"load_paged_kv_cache: block_size must be a positive int, got {block_size!r}")
+    if lens_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+    if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
+        raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
 
 
 def cu_seqlens_ref(seq_lens: torch.Tensor) -> torch.Tensor:

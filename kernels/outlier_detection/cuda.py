@@ -48,6 +48,7 @@ import tilelang
 import tilelang.language as T
 
 from kernels.static_args import next_pow2, row_elements
+from kernels.tl_scan import block_scan_macro
 
 __all__ = [
     "DTYPES",
@@ -289,6 +290,7 @@ def outlier_compact_tl():
     threads, per_thread = _COMPACT_THREADS, _COMPACT_ROWS_PER_THREAD
     chunk = threads * per_thread
     warps = threads // _WARP
+    scan_block = block_scan_macro(warps)
     t = T.dynamic("t")
 
     @T.prim_func
@@ -318,20 +320,7 @@ def outlier_compact_tl():
                     if first + k < t:
                         hits[k] = T.cast(flag[first + k], "int32")
                     mine[0] += hits[k]
-                scan[0] = mine[0]
-                for i in T.unroll(5):
-                    up = T.shfl_up(scan[0], 1 << i)
-                    if lane >= (1 << i):
-                        scan[0] += up
-                if lane == _WARP - 1:
-                    warp_total[warp] = scan[0]
-                T.sync_threads()
-                before[0] = 0
-                total[0] = 0
-                for w in T.unroll(warps):
-                    if w < warp:
-                        before[0] += warp_total[w]
-                    total[0] += warp_total[w]
+                scan_block(mine, scan, before, total, warp_total, warp, lane)
                 slot[0] = done[0] + before[0] + scan[0] - mine[0]
                 for k in T.unroll(per_thread):
                     if hits[k] != 0:

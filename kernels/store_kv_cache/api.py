@@ -61,8 +61,7 @@ NAME = "store_kv_cache"
 # torch dtype -> the element type name the copy factories take.
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 CACHE_DTYPES = (torch.bfloat16, torch.float16, *records.RECORDS)
-# Widest token row of the copy kernels (kernels/store_kv_cache/cuda.py MAX_ROW).
-MAX_ROW = 16384
+MAX_ROW = ref.MAX_ROW
 LAYOUTS = ref.LAYOUTS
 
 def _check_block_dense(arg: str, cache: torch.Tensor) -> None:

@@ -34,6 +34,7 @@ from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX
 from kernels.static_args import element_bytes
 from kernels.store_kv_cache.layout import FP4, FP8, LATENT, ROPE, WIDTH, RecordLayout
+from kernels.store_kv_cache.ref import BACKEND_DTYPES as DTYPES, INDEX_DTYPES, MAX_ROW, check_row, check_slots
 
 __all__ = [
     "DTYPES",
@@ -50,10 +51,6 @@ __all__ = [
     "store_kv_tl",
 ]
 
-DTYPES = ("bfloat16", "float16")
-INDEX_DTYPES = ("int32", "int64")
-MAX_ROW = 16384
-
 # One persistent block per vector core, as TileLang's Ascend 950 vector examples launch.
 _VECTOR_CORES = 64
 # Tokens per tile: the slots of a tile are one DMA; records are encoded a tile at a time.
@@ -66,13 +63,6 @@ E4M3 = "float8_e4m3"
 def _pad(n: int, elem: int) -> int:
     per = max(1, _UB_ALIGN // elem)
     return -(-n // per) * per
-
-
-def _check(name: str, index_dtype: str, block_size: int) -> None:
-    if index_dtype not in INDEX_DTYPES:
-        raise ValueError(f"{name}: index_dtype {index_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
-    if block_size < 1:
-        raise ValueError(f"{name}: block_size must be >= 1, got {block_size}")
 
 
 def store_kv_shipped_configs() -> dict[str, list[tuple]]:
@@ -112,11 +102,8 @@ def _add_count(cnt_ub, cnt, out_of_range):
 
 
 def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, pair: bool, checked: bool):
-    _check(name, index_dtype, block_size)
-    if dtype not in DTYPES:
-        raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if H < 1 or Dh < 1 or H * Dh > MAX_ROW:
-        raise ValueError(f"{name}: H * Dh must be in [1, {MAX_ROW}], got H={H}, Dh={Dh}")
+    check_slots(name, index_dtype, block_size)
+    check_row(name, H, Dh, dtype)
     pitch = _pad(Dh, element_bytes(dtype))
 
     @T.macro
@@ -225,7 +212,7 @@ def _amax_of(acc, v):
 
 
 def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: int, kv_stride: int, block_stride: int, checked: bool):
-    _check(name, index_dtype, block_size)
+    check_slots(name, index_dtype, block_size)
     rec = layout.record_bytes
     if kv_stride < WIDTH:
         raise ValueError(f"{name}: kv_stride {kv_stride} is smaller than the row width {WIDTH}")

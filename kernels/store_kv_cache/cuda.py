@@ -71,6 +71,7 @@ from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX
 from kernels.static_args import ALIGNMENTS, element_bytes, next_pow2
 from kernels.store_kv_cache.layout import FP4, FP8, LATENT, ROPE, WIDTH, RecordLayout
+from kernels.store_kv_cache.ref import BACKEND_DTYPES as DTYPES, INDEX_DTYPES, MAX_ROW, check_row, check_slots
 
 
 __all__ = [
@@ -91,12 +92,6 @@ __all__ = [
     "store_kv_tl",
 ]
 
-DTYPES = ("bfloat16", "float16")
-INDEX_DTYPES = ("int32", "int64")
-# Widest token row (H * Dh elements) of the copy kernels: one block of at most 1024 lanes, each
-# holding at most 16 vectors per operand; covers 128 heads of 128 and every MLA width.
-MAX_ROW = 16384
-
 _MAX_VECTOR_BYTES = 16
 _WARP = 32
 _MAX_THREADS = 1024
@@ -110,10 +105,7 @@ E4M3 = "float8_e4m3"
 
 
 def _check_common(name: str, index_dtype: str, block_size: int, x_align: int) -> None:
-    if index_dtype not in INDEX_DTYPES:
-        raise ValueError(f"{name}: index_dtype {index_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
-    if block_size < 1:
-        raise ValueError(f"{name}: block_size must be >= 1, got {block_size}")
+    check_slots(name, index_dtype, block_size)
     if x_align not in ALIGNMENTS:
         raise ValueError(f"{name}: x_align must be one of {ALIGNMENTS}, got {x_align}")
 
@@ -140,10 +132,7 @@ class CopyConfig:
 
 def copy_config(H: int, Dh: int, dtype: str, k_strides, cache_strides, x_align: int = 16) -> CopyConfig:
     """Launch shape of the copy kernels; ValueError for arguments no kernel takes."""
-    if dtype not in DTYPES:
-        raise ValueError(f"store_kv_cache: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if H < 1 or Dh < 1 or H * Dh > MAX_ROW:
-        raise ValueError(f"store_kv_cache: H * Dh must be in [1, {MAX_ROW}], got H={H}, Dh={Dh}")
+    check_row("store_kv_cache", H, Dh, dtype)
     if len(k_strides) != 2 or len(cache_strides) != 3 or min(*k_strides, *cache_strides) < 1:
         raise ValueError(f"store_kv_cache: strides must be positive (2 for k, 3 for the cache), got {k_strides}, {cache_strides}")
     elem = element_bytes(dtype)

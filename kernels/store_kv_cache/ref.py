@@ -35,9 +35,41 @@ import torch
 
 from kernels.store_kv_cache import layout as records
 
-__all__ = ["LAYOUTS", "cache_rows", "scatter_rows", "store_kv_cache_ref"]
+__all__ = [
+    "BACKEND_DTYPES",
+    "INDEX_DTYPES",
+    "LAYOUTS",
+    "MAX_ROW",
+    "cache_rows",
+    "check_row",
+    "check_slots",
+    "scatter_rows",
+    "store_kv_cache_ref",
+]
 
 LAYOUTS = ("NHD", "HND")
+# Element type names the backends' copy factories take, and those of their slot mappings.
+BACKEND_DTYPES = ("bfloat16", "float16")
+INDEX_DTYPES = ("int32", "int64")
+# Widest token row (H * Dh elements) of the copy kernels: one CUDA block of at most 1024 lanes, each
+# holding at most 16 vectors per operand; covers 128 heads of 128 and every MLA width.
+MAX_ROW = 16384
+
+
+def check_slots(name: str, index_dtype: str, block_size: int) -> None:
+    """ValueError, naming `name`, unless index_dtype is one of INDEX_DTYPES and block_size >= 1."""
+    if index_dtype not in INDEX_DTYPES:
+        raise ValueError(f"{name}: index_dtype {index_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
+    if block_size < 1:
+        raise ValueError(f"{name}: block_size must be >= 1, got {block_size}")
+
+
+def check_row(name: str, H: int, Dh: int, dtype: str) -> None:
+    """ValueError, naming `name`, unless dtype is one of BACKEND_DTYPES and 1 <= H * Dh <= MAX_ROW."""
+    if dtype not in BACKEND_DTYPES:
+        raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(BACKEND_DTYPES)}")
+    if H < 1 or Dh < 1 or H * Dh > MAX_ROW:
+        raise ValueError(f"{name}: H * Dh must be in [1, {MAX_ROW}], got H={H}, Dh={Dh}")
 
 
 def cache_rows(kv: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
