@@ -1,0 +1,107 @@
+"""Interface of `candidate_blocks`: the KV blocks (or pages) each query attends to in block-sparse
+attention, chosen on device from per-block scores.
+
+    ids = tilelang_ops.select_candidate_blocks(scores, n_t, k, num_sink=0, num_local=0,
+                                               block_table=None, req_index=None, out=None)
+
+scores       (T, NB) float32, contiguous, 1 <= NB <= 2048: query t's score for KV block j.
+n_t          (T,) int32 or int64, contiguous: query t's causal block count (clamped to [0, NB]).
+k            int in [1, 2048]: the output width.
+num_sink     int >= 0: the first num_sink causal blocks are always kept.
+num_local    int >= 0: the last num_local causal blocks are always kept.
+block_table  optional (B, max_blocks) int32, B >= 1, max_blocks >= 1; rows may be strided (a view of
+             a wider table), the last dimension must be contiguous. Given together with req_index.
+req_index    optional (T,) int32 or int64, contiguous: the block-table row of each query.
+out          optional caller-owned (T, k) int32, contiguous.
+Returns ids (T, k) int32: per query the selected block ids in ascending order (or their pages
+block_table[req_index[t], id], same order), then -1. The rules (ranking keys, forced blocks taking
+k slots first, ties to the lower id, NaN ranking lowest, invalid counts, rows and entries) are in
+kernels/candidate_blocks/ref.py, the contract; every backend matches it exactly.
+
+CUDA tensors run one TileLang kernel (no host sync: CUDA-graph capturable); k, NB, num_sink and
+num_local are compiled in (num_sink and num_local are clamped to NB first: larger values select
+the same blocks). CPU tensors are served by the PyTorch reference. Invalid arguments raise
+TypeError or ValueError naming the argument before anything is written. T == 0 launches nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.candidate_blocks import ref
+from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+
+__all__ = ["select_candidate_blocks"]
+
+
+def _check_int(name: str, arg: str, value, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name}: {arg} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+
+
+def _check_block_table(name: str, block_table, like: torch.Tensor) -> None:
+    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
+    rows, max_blocks = block_table.shape
+    if rows == 0 or max_blocks == 0:
+        raise ValueError(f"{name}: block_table must have at least one row and one column, got shape {tuple(block_table.shape)}")
+    if max_blocks > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
+    if rows > 1 and block_table.stride(0) < max_blocks:
+        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
+
+
+def _dense_table(block_table: torch.Tensor) -> torch.Tensor:
+    """A single row's stride is never used: declare it dense (torch may report any stride)."""
+    rows, max_blocks = block_table.shape
+    if rows == 1 and block_table.stride() != (max_blocks, 1):
+        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
+    return block_table
+
+
+def select_candidate_blocks(
+    scores: torch.Tensor,
+    n_t: torch.Tensor,
+    k: int,
+    *,
+    num_sink: int = 0,
+    num_local: int = 0,
+    block_table: torch.Tensor | None = None,
+    req_index: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    name = "select_candidate_blocks"
+    check_tensor(name, "scores", scores, dtypes=[torch.float32], dim=2, contiguous=True)
+    if scores.device.type != "cpu" and scores.device.type not in ("cuda", "npu"):
+        raise ValueError(f"{name}: tensors on {scores.device} are not supported (cuda, npu or cpu)")
+    n_q, nb = scores.shape
+    if not 1 <= nb <= ref.MAX_NB:
+        raise ValueError(f"{name}: scores has {nb} blocks per query; NB must be in [1, {ref.MAX_NB}]")
+    check_tensor(name, "n_t", n_t, dtypes=INDEX_DTYPES, shape=(n_q,), like=scores, contiguous=True)
+    _check_int(name, "k", k, 1, ref.MAX_K)
+    _check_int(name, "num_sink", num_sink, 0)
+    _check_int(name, "num_local", num_local, 0)
+    if (block_table is None) != (req_index is None):
+        raise ValueError(f"{name}: block_table and req_index must be given together")
+    if block_table is not None:
+        _check_block_table(name, block_table, scores)
+        check_tensor(name, "req_index", req_index, dtypes=INDEX_DTYPES, shape=(n_q,), like=scores, contiguous=True)
+    check_out(name, "out", out, (n_q, k), torch.int32, scores)
+    read = {"scores": scores, "n_t": n_t, "block_table": block_table, "req_index": req_index}
+    check_no_overlap(name, {"out": out}, read)
+    ids = out if out is not None else torch.empty((n_q, k), dtype=torch.int32, device=scores.device)
+    if n_q == 0:
+        return ids
+    # Sinks and local blocks beyond NB select exactly what NB of them do: fewer compiled variants.
+    num_sink, num_local = min(num_sink, nb), min(num_local, nb)
+    if is_host(scores):
+        return ids.copy_(ref.candidate_blocks_ref(scores, n_t, k, num_sink, num_local, block_table, req_index))
+    tl = backend_ops(name, scores)
+    req_dtype = None if req_index is None else INDEX_DTYPES[req_index.dtype]
+    kernel = tl.ops.candidate_blocks_tl(nb, k, num_sink, num_local, INDEX_DTYPES[n_t.dtype], req_dtype)
+    if block_table is None:
+        kernel(scores, n_t, ids)
+    else:
+        kernel(scores, n_t, _dense_table(block_table), req_index, ids)
+    return ids

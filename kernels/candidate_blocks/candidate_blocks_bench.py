@@ -1,0 +1,90 @@
+"""Benchmark cases of `candidate_blocks`: per-query top-k KV blocks with sink and local blocks.
+
+Run with ``python -m testing.benchmark --kernels candidate_blocks`` (or
+``bazel run //kernels/candidate_blocks:candidate_blocks_bench``).
+
+Cases (NB = 2048 blocks: a 131072-token context of 64-token blocks; num_sink 1, num_local 2):
+  prefill  T = 4096 queries, k = 64: the target is >= 70% of the copy ceiling for the score read
+  decode   T = 1 and T = 64, k = 64: launch-bound, one block per query
+  wide     T = 4096, k = 2048 (= NB): every causal block of a full-length query is kept
+Every query's causal count n_t is drawn uniformly in [1, NB] (a prefill chunk spread over the
+context), so about 97% of the rows of the k = 64 cases run the radix select and the rest take every
+candidate.
+
+Peers, timed in the same run with the same timer:
+  torch_eager    kernels.candidate_blocks.ref.candidate_blocks_ref (torch.topk over a composite
+                 int64 key, then a sort of the k selected ids)
+  torch_compile  torch.compile(that function, dynamic=False)
+
+bytes_moved, the minimum DRAM traffic of one call: T * NB * 4 (scores read) + T * n_bytes (n_t) +
+T * k * 4 (ids written). The rotation pool is sized by the reads (scores and n_t).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import torch
+
+from testing.benchmark import BenchCase, Workload
+
+KERNEL = "candidate_blocks"
+
+NB = 2048
+NUM_SINK = 1
+NUM_LOCAL = 2
+# (label, T, k)
+_CASES = [("prefill", 4096, 64), ("decode", 1, 64), ("decode", 64, 64), ("wide", 4096, 2048)]
+
+
+def _seed(text: str) -> int:
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def _case(label: str, t: int, k: int) -> BenchCase:
+    case_id = f"{label}_t{t}_nb{NB}_k{k}"
+    compiled: list[Any] = []  # one torch.compile wrapper per case, created on first use
+
+    def make(device: torch.device, i: int) -> Workload:
+        from kernels.candidate_blocks import api, ref
+
+        if not compiled:
+            compiled.append(torch.compile(ref.candidate_blocks_ref, dynamic=False))
+        compiled_ref = compiled[0]
+        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{i}"))
+        scores = torch.randn((t, NB), generator=gen, device=device)
+        n_t = torch.randint(1, NB + 1, (t,), generator=gen, device=device, dtype=torch.int32)
+        out = torch.empty((t, k), dtype=torch.int32, device=device)
+        return Workload(
+            fn=lambda: api.select_candidate_blocks(scores, n_t, k, num_sink=NUM_SINK, num_local=NUM_LOCAL, out=out),
+            peers={
+                "torch_eager": lambda: ref.candidate_blocks_ref(scores, n_t, k, NUM_SINK, NUM_LOCAL),
+                "torch_compile": lambda: compiled_ref(scores, n_t, k, NUM_SINK, NUM_LOCAL),
+            },
+        )
+
+    read = t * NB * 4 + t * 4
+    return BenchCase(
+        kernel=KERNEL,
+        case_id=case_id,
+        params={"T": t, "NB": NB, "k": k, "num_sink": NUM_SINK, "num_local": NUM_LOCAL},
+        bytes_moved=read + t * k * 4,
+        make=make,
+        input_bytes=read,
+    )
+
+
+# The sweep scans decode batches up to this many requests.
+SWEEP_MAX_BATCH = 1024
+
+
+def sweep_case(batch: int, model_config: Any, device: torch.device) -> BenchCase:
+    """The block selection of one decode step with ``batch`` requests, for tools/sweep.py: every
+    token of the step (batch x ``model_config.tokens_per_request``) over NB blocks, k = 64."""
+    del device
+    return _case("sweep", batch * model_config.tokens_per_request, 64)
+
+
+def cases() -> list[BenchCase]:
+    return [_case(*spec) for spec in _CASES]

@@ -1,0 +1,117 @@
+"""Interface of `schedule_mtp_varlen`: the next varlen step's schedule after an MTP verification step,
+computed on the device in one launch.
+
+    sched = tilelang_ops.schedule_mtp_varlen(seq_lens_before, num_accepted, num_draft=3,
+                                             block_size=64, num_sm_parts=132, num_tokens=None,
+                                             out=None)
+    sched.new_seq_lens, sched.query_start_loc, sched.positions, sched.request_ids,
+    sched.last_hidden_rows, sched.tile_metadata, sched.num_splits
+
+seq_lens_before  (B,) int32 or int64, contiguous: KV length before the verification step; a value
+                 outside [0, max_context] marks an inactive request (see ref.py).
+num_accepted     (B,) int32 or int64, contiguous, same device: accepted drafts, clamped to [0, k].
+num_draft        k, draft tokens per request, an int in [0, 15]; every request runs 1 + k query
+                 tokens in the verification step and in the next one.
+block_size       KV block size of the attention split, an int in [1, 4096].
+num_sm_parts     parts of the attention work split, an int in [1, 1024] (FlashMLA's num_sm_parts).
+num_tokens       the fixed (CUDA-graph padded) length of positions / request_ids, an int >= 0,
+                 default B * (1 + k).
+out              caller-owned outputs: an MtpSchedule (or tuple in its order) of contiguous int32
+                 tensors of exactly the shapes below.
+B                at most 4096 (the device kernel holds the batch's block prefix on chip).
+
+Returns an MtpSchedule (every field int32; exact rules in kernels/schedule_mtp_varlen/ref.py):
+  new_seq_lens (B,), query_start_loc (B + 1,), positions (num_tokens,), request_ids (num_tokens,),
+  last_hidden_rows (B,), tile_metadata (num_sm_parts, 8), num_splits (B + 1,).
+
+CUDA tensors run one TileLang kernel (no host sync, every size fixed by the arguments: CUDA-graph
+capturable). CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or
+ValueError naming the argument before anything is written. An empty batch (B == 0) launches no
+kernel: outputs are filled by torch (query_start_loc = num_splits = [0], -1 tokens, empty parts).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+from kernels.schedule_mtp_varlen import ref
+from kernels.schedule_mtp_varlen.ref import MtpSchedule
+
+__all__ = ["MtpSchedule", "schedule_mtp_varlen"]
+
+NAME = "schedule_mtp_varlen"
+OUTPUTS = MtpSchedule._fields
+
+
+def _check_device(t: torch.Tensor) -> None:
+    if t.device.type != "cpu" and t.device.type not in ("cuda", "npu"):
+        raise ValueError(f"{NAME}: tensors on {t.device} are not supported (cuda, npu or cpu)")
+
+
+def output_shapes(n_req: int, n_tok: int, parts: int) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the outputs of a batch of n_req requests, in MtpSchedule order (for callers
+    allocating persistent `out` buffers)."""
+    return ((n_req,), (n_req + 1,), (n_tok,), (n_tok,), (n_req,), (parts, len(ref.META_FIELDS)), (n_req + 1,))
+
+
+def _fill_empty(outs: MtpSchedule) -> MtpSchedule:
+    """The schedule of an empty batch, by torch fills: no request, no token, every part empty."""
+    outs.query_start_loc.zero_()
+    outs.num_splits.zero_()
+    outs.positions.fill_(-1)
+    outs.request_ids.fill_(-1)
+    outs.tile_metadata.zero_()
+    outs.tile_metadata[:, ref.META_FIELDS.index("first_req")] = -1
+    outs.tile_metadata[:, ref.META_FIELDS.index("last_req")] = -1
+    return outs
+
+
+def schedule_mtp_varlen(
+    seq_lens_before: torch.Tensor,
+    num_accepted: torch.Tensor,
+    *,
+    num_draft: int,
+    block_size: int,
+    num_sm_parts: int,
+    num_tokens: int | None = None,
+    out: MtpSchedule | tuple[torch.Tensor, ...] | None = None,
+) -> MtpSchedule:
+    check_tensor(NAME, "seq_lens_before", seq_lens_before, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
+    _check_device(seq_lens_before)
+    n_req = seq_lens_before.shape[0]
+    check_tensor(NAME, "num_accepted", num_accepted, dtypes=INDEX_DTYPES, like=seq_lens_before, contiguous=True)
+    if tuple(num_accepted.shape) != (n_req,):
+        raise ValueError(f"{NAME}: num_accepted must have shape ({n_req},) like seq_lens_before, got {tuple(num_accepted.shape)}")
+    ref.check_config(NAME, num_draft, block_size, num_sm_parts)
+    if n_req > ref.MAX_BATCH:
+        raise ValueError(f"{NAME}: seq_lens_before has B = {n_req} requests; at most {ref.MAX_BATCH} are supported")
+    n_tok = n_req * (1 + num_draft) if num_tokens is None else num_tokens
+    if isinstance(n_tok, bool) or not isinstance(n_tok, int):
+        raise TypeError(f"{NAME}: num_tokens must be an int, got {type(n_tok).__name__}")
+    if not 0 <= n_tok <= ref.INT32_MAX:
+        raise ValueError(f"{NAME}: num_tokens must be in [0, {ref.INT32_MAX}], got {n_tok}")
+    specs = output_shapes(n_req, n_tok, num_sm_parts)
+    if out is None:
+        outs = MtpSchedule(*(torch.empty(shape, dtype=torch.int32, device=seq_lens_before.device) for shape in specs))
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != len(OUTPUTS):
+            raise TypeError(f"{NAME}: out must be an MtpSchedule or tuple ({', '.join(OUTPUTS)}), got {type(out).__name__}")
+        for field, t, shape in zip(OUTPUTS, out, specs):
+            check_out(NAME, f"out.{field}", t, shape, torch.int32, seq_lens_before)
+        outs = MtpSchedule(*out)
+    written = {f"out.{f}": t for f, t in zip(OUTPUTS, outs)}
+    check_no_overlap(NAME, written, {"seq_lens_before": seq_lens_before, "num_accepted": num_accepted})
+    if n_req == 0:
+        return _fill_empty(outs)
+    if is_host(seq_lens_before):
+        got = ref.schedule_mtp_varlen_ref(seq_lens_before, num_accepted, num_draft, block_size, num_sm_parts, n_tok)
+        for dst, src in zip(outs, got):
+            dst.copy_(src)
+        return outs
+    tl = backend_ops(NAME, seq_lens_before)
+    kernel = tl.ops.schedule_mtp_varlen_tl(
+        num_draft, block_size, num_sm_parts, INDEX_DTYPES[seq_lens_before.dtype], INDEX_DTYPES[num_accepted.dtype]
+    )
+    kernel(seq_lens_before, num_accepted, *outs)
+    return outs
