@@ -14,15 +14,21 @@ import torch
 __all__ = [
     "DEVICE_BACKEND",
     "INDEX_DTYPES",
+    "INT32_MAX",
     "backend_ops",
     "base_alignment",
+    "check_block_table",
     "check_choice",
+    "check_device",
     "check_flag",
+    "check_indptr",
+    "check_int",
     "check_out",
     "check_no_overlap",
     "check_rows",
     "check_tensor",
     "dense_rows",
+    "dense_table",
     "is_host",
     "overlaps",
 ]
@@ -31,6 +37,7 @@ __all__ = [
 DEVICE_BACKEND = {"cuda": "cuda", "npu": "asc"}
 # torch index dtype -> the element type name the factories take.
 INDEX_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
+INT32_MAX = 2**31 - 1
 
 
 def _ops():
@@ -95,8 +102,56 @@ def check_rows(name: str, arg: str, x, dtypes: Iterable[torch.dtype], max_width:
         raise ValueError(f"{name}: {arg}'s last dimension must be contiguous (stride 1), got strides {x.stride()}")
     if n > 1 and x.stride(0) < d:
         raise ValueError(f"{name}: {arg}'s row stride {x.stride(0)} is smaller than its width {d}")
-    if x.device.type != "cpu" and x.device.type not in DEVICE_BACKEND:
-        raise ValueError(f"{name}: tensors on {x.device} are not supported (cuda, npu or cpu)")
+    check_device(name, x)
+
+
+def check_device(name: str, t: torch.Tensor) -> None:
+    """t lives on the host or on a device some backend serves."""
+    if t.device.type != "cpu" and t.device.type not in DEVICE_BACKEND:
+        raise ValueError(f"{name}: tensors on {t.device} are not supported (cuda, npu or cpu)")
+
+
+def check_int(name: str, arg: str, value, low: int, high: int | None = INT32_MAX) -> None:
+    """A static size: a Python int (not a bool) in [low, high] (high None: no upper bound)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name}: {arg} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
+
+
+def check_indptr(name: str, arg: str, indptr) -> int:
+    """The batch size B of a (B + 1,) contiguous int32/int64 indptr on a supported device."""
+    check_tensor(name, arg, indptr, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
+    check_device(name, indptr)
+    if indptr.shape[0] == 0:
+        raise ValueError(f"{name}: {arg} must have B + 1 >= 1 entries, got shape (0,)")
+    return indptr.shape[0] - 1
+
+
+def check_block_table(name: str, block_table, like: torch.Tensor, rows: int | None = None) -> None:
+    """A (B, max_blocks) int32 block table on like's device: last dimension contiguous, rows strided
+    no closer than max_blocks, max_blocks >= 1; exactly `rows` rows when given, else at least one."""
+    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
+    n, max_blocks = block_table.shape
+    if rows is not None and n != rows:
+        raise ValueError(f"{name}: block_table has {n} rows; expected B = {rows}")
+    if rows is None and n == 0:
+        raise ValueError(f"{name}: block_table must have at least one row, got shape {tuple(block_table.shape)}")
+    if max_blocks == 0:
+        raise ValueError(f"{name}: block_table has 0 columns; max_blocks must be >= 1")
+    if max_blocks > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
+    if n > 1 and block_table.stride(0) < max_blocks:
+        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
+
+
+def dense_table(block_table: torch.Tensor) -> torch.Tensor:
+    """block_table with strides a kernel accepts: a single row's stride is never used, so it is
+    declared dense (torch may report any stride for a one-row view)."""
+    rows, max_blocks = block_table.shape
+    if rows <= 1 and block_table.stride() != (max_blocks, 1):
+        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
+    return block_table
 
 
 def check_out(

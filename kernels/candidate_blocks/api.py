@@ -29,35 +29,20 @@ from __future__ import annotations
 import torch
 
 from kernels.candidate_blocks import ref
-from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import (
+    INDEX_DTYPES,
+    backend_ops,
+    check_block_table,
+    check_device,
+    check_int,
+    check_no_overlap,
+    check_out,
+    check_tensor,
+    dense_table,
+    is_host,
+)
 
 __all__ = ["select_candidate_blocks"]
-
-
-def _check_int(name: str, arg: str, value, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{name}: {arg} must be in [{low}, {high if high is not None else 'inf'}], got {value}")
-
-
-def _check_block_table(name: str, block_table, like: torch.Tensor) -> None:
-    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
-    rows, max_blocks = block_table.shape
-    if rows == 0 or max_blocks == 0:
-        raise ValueError(f"{name}: block_table must have at least one row and one column, got shape {tuple(block_table.shape)}")
-    if max_blocks > 1 and block_table.stride(1) != 1:
-        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
-    if rows > 1 and block_table.stride(0) < max_blocks:
-        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
-
-
-def _dense_table(block_table: torch.Tensor) -> torch.Tensor:
-    """A single row's stride is never used: declare it dense (torch may report any stride)."""
-    rows, max_blocks = block_table.shape
-    if rows == 1 and block_table.stride() != (max_blocks, 1):
-        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
-    return block_table
 
 
 def select_candidate_blocks(
@@ -73,19 +58,18 @@ def select_candidate_blocks(
 ) -> torch.Tensor:
     name = "select_candidate_blocks"
     check_tensor(name, "scores", scores, dtypes=[torch.float32], dim=2, contiguous=True)
-    if scores.device.type != "cpu" and scores.device.type not in ("cuda", "npu"):
-        raise ValueError(f"{name}: tensors on {scores.device} are not supported (cuda, npu or cpu)")
+    check_device(name, scores)
     n_q, nb = scores.shape
     if not 1 <= nb <= ref.MAX_NB:
         raise ValueError(f"{name}: scores has {nb} blocks per query; NB must be in [1, {ref.MAX_NB}]")
     check_tensor(name, "n_t", n_t, dtypes=INDEX_DTYPES, shape=(n_q,), like=scores, contiguous=True)
-    _check_int(name, "k", k, 1, ref.MAX_K)
-    _check_int(name, "num_sink", num_sink, 0)
-    _check_int(name, "num_local", num_local, 0)
+    check_int(name, "k", k, 1, ref.MAX_K)
+    check_int(name, "num_sink", num_sink, 0, None)
+    check_int(name, "num_local", num_local, 0, None)
     if (block_table is None) != (req_index is None):
         raise ValueError(f"{name}: block_table and req_index must be given together")
     if block_table is not None:
-        _check_block_table(name, block_table, scores)
+        check_block_table(name, block_table, scores)
         check_tensor(name, "req_index", req_index, dtypes=INDEX_DTYPES, shape=(n_q,), like=scores, contiguous=True)
     check_out(name, "out", out, (n_q, k), torch.int32, scores)
     read = {"scores": scores, "n_t": n_t, "block_table": block_table, "req_index": req_index}
@@ -103,5 +87,5 @@ def select_candidate_blocks(
     if block_table is None:
         kernel(scores, n_t, ids)
     else:
-        kernel(scores, n_t, _dense_table(block_table), req_index, ids)
+        kernel(scores, n_t, dense_table(block_table), req_index, ids)
     return ids

@@ -40,56 +40,25 @@ from __future__ import annotations
 import torch
 
 from kernels.get_kv_index import ref
-from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import (
+    INDEX_DTYPES,
+    INT32_MAX,
+    backend_ops,
+    check_block_table,
+    check_device,
+    check_indptr,
+    check_int,
+    check_no_overlap,
+    check_out,
+    check_tensor,
+    dense_table,
+    is_host,
+)
 
 __all__ = ["get_batch_indices_positions", "get_paged_kv_indices", "get_slot_mapping"]
 
-_INT32_MAX = 2**31 - 1
 PAGED_OUTPUTS = ("kv_indptr", "kv_indices", "kv_last_page_len")
 APPEND_OUTPUTS = ("batch_indices", "positions")
-
-
-def _check_int(name: str, arg: str, value, low: int, high: int = _INT32_MAX) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}: {arg} must be in [{low}, {high}], got {value}")
-
-
-def _check_device(name: str, t: torch.Tensor) -> None:
-    if t.device.type != "cpu" and t.device.type not in ("cuda", "npu"):
-        raise ValueError(f"{name}: tensors on {t.device} are not supported (cuda, npu or cpu)")
-
-
-def _check_indptr(name: str, arg: str, indptr) -> int:
-    """The batch size B of a (B + 1,) contiguous int32/int64 indptr."""
-    check_tensor(name, arg, indptr, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    _check_device(name, indptr)
-    if indptr.shape[0] == 0:
-        raise ValueError(f"{name}: {arg} must have B + 1 >= 1 entries, got shape (0,)")
-    return indptr.shape[0] - 1
-
-
-def _check_block_table(name: str, block_table, n_req: int, like: torch.Tensor) -> None:
-    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
-    rows, max_blocks = block_table.shape
-    if rows != n_req:
-        raise ValueError(f"{name}: block_table has {rows} rows; expected B = {n_req}")
-    if max_blocks == 0:
-        raise ValueError(f"{name}: block_table has 0 columns; max_blocks must be >= 1")
-    if max_blocks > 1 and block_table.stride(1) != 1:
-        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
-    if rows > 1 and block_table.stride(0) < max_blocks:
-        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
-
-
-def _dense_table(block_table: torch.Tensor) -> torch.Tensor:
-    """block_table with strides a kernel accepts: a single row's stride is never used, so it is
-    declared dense (torch may report any stride for a one-row view)."""
-    rows, max_blocks = block_table.shape
-    if rows <= 1 and block_table.stride() != (max_blocks, 1):
-        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
-    return block_table
 
 
 def _outputs(name: str, fields, specs, out, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -113,12 +82,12 @@ def get_slot_mapping(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     name = "get_slot_mapping"
-    n_req = _check_indptr(name, "query_start_loc", query_start_loc)
+    n_req = check_indptr(name, "query_start_loc", query_start_loc)
     check_tensor(name, "positions", positions, dtypes=INDEX_DTYPES, dim=1, like=query_start_loc, contiguous=True)
-    _check_block_table(name, block_table, n_req, query_start_loc)
-    _check_int(name, "block_size", block_size, 1)
+    check_block_table(name, block_table, query_start_loc, n_req)
+    check_int(name, "block_size", block_size, 1)
     n = positions.shape[0] if num_tokens is None else num_tokens
-    _check_int(name, "num_tokens", n, 0, min(positions.shape[0], _INT32_MAX))
+    check_int(name, "num_tokens", n, 0, min(positions.shape[0], INT32_MAX))
     check_out(name, "out", out, (n,), torch.int64, query_start_loc)
     read = {"query_start_loc": query_start_loc, "positions": positions, "block_table": block_table}
     check_no_overlap(name, {"out": out}, read)
@@ -131,7 +100,7 @@ def get_slot_mapping(
         return slots.copy_(ref.slot_mapping_ref(query_start_loc, positions, block_table, block_size, n))
     tl = backend_ops(name, query_start_loc)
     kernel = tl.ops.slot_mapping_tl(block_size, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype])
-    kernel(query_start_loc, positions, _dense_table(block_table), slots)
+    kernel(query_start_loc, positions, dense_table(block_table), slots)
     return slots
 
 
@@ -146,19 +115,19 @@ def get_paged_kv_indices(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     name = "get_paged_kv_indices"
     check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    _check_device(name, seq_lens)
+    check_device(name, seq_lens)
     n_req = seq_lens.shape[0]
-    _check_block_table(name, block_table, n_req, seq_lens)
-    _check_int(name, "block_size", block_size, 1)
-    _check_int(name, "page_size", page_size, 1)
+    check_block_table(name, block_table, seq_lens, n_req)
+    check_int(name, "block_size", block_size, 1)
+    check_int(name, "page_size", page_size, 1)
     if block_size % page_size:
         raise ValueError(f"{name}: page_size {page_size} does not divide block_size {block_size}")
     r = block_size // page_size
     full = n_req * block_table.shape[1] * r
-    if full > _INT32_MAX:
+    if full > INT32_MAX:
         raise ValueError(f"{name}: block_table describes {full} pages (B * max_blocks * block_size // page_size); at most 2**31 - 1 are supported")
     cap = full if capacity is None else capacity
-    _check_int(name, "capacity", cap, 0)
+    check_int(name, "capacity", cap, 0)
     specs = (((n_req + 1,), torch.int32), ((cap,), torch.int32), ((n_req,), torch.int32))
     outs = _outputs(name, PAGED_OUTPUTS, specs, out, seq_lens)
     written = {f"out.{f}": t for f, t in zip(PAGED_OUTPUTS, outs)}
@@ -174,7 +143,7 @@ def get_paged_kv_indices(
         return kv_indptr, kv_indices, kv_last_page_len
     tl = backend_ops(name, seq_lens)
     kernel = tl.ops.paged_kv_indices_tl(block_size, page_size, INDEX_DTYPES[seq_lens.dtype])
-    kernel(_dense_table(block_table), seq_lens, kv_indptr, kv_indices, kv_last_page_len)
+    kernel(dense_table(block_table), seq_lens, kv_indptr, kv_indices, kv_last_page_len)
     return kv_indptr, kv_indices, kv_last_page_len
 
 
@@ -186,9 +155,9 @@ def get_batch_indices_positions(
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     name = "get_batch_indices_positions"
-    n_req = _check_indptr(name, "append_indptr", append_indptr)
+    n_req = check_indptr(name, "append_indptr", append_indptr)
     check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, shape=(n_req,), like=append_indptr, contiguous=True)
-    _check_int(name, "num_tokens", num_tokens, 0)
+    check_int(name, "num_tokens", num_tokens, 0)
     specs = (((num_tokens,), torch.int32), ((num_tokens,), torch.int32))
     outs = _outputs(name, APPEND_OUTPUTS, specs, out, append_indptr)
     written = {f"out.{f}": t for f, t in zip(APPEND_OUTPUTS, outs)}

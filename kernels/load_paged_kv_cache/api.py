@@ -41,7 +41,7 @@ import numbers
 
 import torch
 
-from kernels.interface import DEVICE_BACKEND, backend_ops, base_alignment, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import backend_ops, base_alignment, check_device, check_no_overlap, check_out, check_tensor, is_host
 from kernels.load_paged_kv_cache import ref
 from kernels.store_kv_cache import layout
 
@@ -57,8 +57,7 @@ MAX_D = 16384
 def _check_cache(cache) -> int:
     """The output width D of a valid cache."""
     check_tensor(NAME, "cache", cache, dtypes=CACHE_DTYPES, dim=3, contiguous=True)
-    if cache.device.type != "cpu" and cache.device.type not in DEVICE_BACKEND:
-        raise ValueError(f"{NAME}: tensors on {cache.device} are not supported (cuda, npu or cpu)")
+    check_device(NAME, cache)
     num_blocks, block_size, width = cache.shape
     if num_blocks < 1 or block_size < 1 or width < 1:
         raise ValueError(f"{NAME}: cache must have at least one block, slot and column, got shape {tuple(cache.shape)}")

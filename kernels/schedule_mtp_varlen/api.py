@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.interface import INDEX_DTYPES, backend_ops, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import INDEX_DTYPES, backend_ops, check_device, check_no_overlap, check_out, check_tensor, is_host
 from kernels.schedule_mtp_varlen import ref
 from kernels.schedule_mtp_varlen.ref import MtpSchedule
 
@@ -42,11 +42,6 @@ __all__ = ["MtpSchedule", "schedule_mtp_varlen"]
 
 NAME = "schedule_mtp_varlen"
 OUTPUTS = MtpSchedule._fields
-
-
-def _check_device(t: torch.Tensor) -> None:
-    if t.device.type != "cpu" and t.device.type not in ("cuda", "npu"):
-        raise ValueError(f"{NAME}: tensors on {t.device} are not supported (cuda, npu or cpu)")
 
 
 def output_shapes(n_req: int, n_tok: int, parts: int) -> tuple[tuple[int, ...], ...]:
@@ -78,7 +73,7 @@ def schedule_mtp_varlen(
     out: MtpSchedule | tuple[torch.Tensor, ...] | None = None,
 ) -> MtpSchedule:
     check_tensor(NAME, "seq_lens_before", seq_lens_before, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    _check_device(seq_lens_before)
+    check_device(NAME, seq_lens_before)
     n_req = seq_lens_before.shape[0]
     check_tensor(NAME, "num_accepted", num_accepted, dtypes=INDEX_DTYPES, like=seq_lens_before, contiguous=True)
     if tuple(num_accepted.shape) != (n_req,):

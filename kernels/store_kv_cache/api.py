@@ -40,11 +40,11 @@ from __future__ import annotations
 import torch
 
 from kernels.interface import (
-    DEVICE_BACKEND,
     INDEX_DTYPES,
     backend_ops,
     base_alignment,
     check_choice,
+    check_device,
     check_no_overlap,
     check_rows,
     check_tensor,
@@ -105,8 +105,7 @@ def _check_mla(kv, cache, v, v_cache, layout: str) -> None:
 
 def _check_heads(kv, cache, v, v_cache, layout: str) -> None:
     check_tensor(NAME, "kv", kv, dtypes=DTYPES, dim=3)
-    if kv.device.type != "cpu" and kv.device.type not in DEVICE_BACKEND:
-        raise ValueError(f"{NAME}: tensors on {kv.device} are not supported (cuda, npu or cpu)")
+    check_device(NAME, kv)
     t, h, dh = kv.shape
     if dh > 1 and kv.stride(2) != 1:
         raise ValueError(f"{NAME}: kv's last dimension must be contiguous (stride 1), got strides {kv.stride()}")

@@ -38,41 +38,24 @@ from __future__ import annotations
 
 import torch
 
-from kernels.interface import INDEX_DTYPES, backend_ops, check_choice, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import (
+    INDEX_DTYPES,
+    backend_ops,
+    check_block_table,
+    check_choice,
+    check_indptr,
+    check_int,
+    check_no_overlap,
+    check_out,
+    check_tensor,
+    dense_table,
+    is_host,
+)
 from kernels.swa_index import ref
 
 __all__ = ["swa_index"]
 
 OUTPUTS = ("slots", "valid_len", "first_block", "replay_start", "replay_end")
-
-
-def _check_int(name: str, arg: str, value, low: int, high: int = ref.INT32_MAX) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}: {arg} must be in [{low}, {high}], got {value}")
-
-
-def _check_block_table(name: str, block_table, n_req: int, like: torch.Tensor) -> None:
-    check_tensor(name, "block_table", block_table, dtypes=[torch.int32], dim=2, like=like)
-    rows, max_blocks = block_table.shape
-    if rows != n_req:
-        raise ValueError(f"{name}: block_table has {rows} rows; expected B = {n_req}")
-    if max_blocks == 0:
-        raise ValueError(f"{name}: block_table has 0 columns; max_blocks must be >= 1")
-    if max_blocks > 1 and block_table.stride(1) != 1:
-        raise ValueError(f"{name}: block_table's last dimension must be contiguous (stride 1), got strides {block_table.stride()}")
-    if rows > 1 and block_table.stride(0) < max_blocks:
-        raise ValueError(f"{name}: block_table's row stride {block_table.stride(0)} is smaller than max_blocks {max_blocks}")
-
-
-def _dense_table(block_table: torch.Tensor) -> torch.Tensor:
-    """block_table with strides a kernel accepts: a single row's stride is never used, so it is
-    declared dense (torch may report any stride for a one-row view)."""
-    rows, max_blocks = block_table.shape
-    if rows <= 1 and block_table.stride() != (max_blocks, 1):
-        return block_table.as_strided((rows, max_blocks), (max_blocks, 1))
-    return block_table
 
 
 def swa_index(
@@ -87,17 +70,12 @@ def swa_index(
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     name = "swa_index"
-    check_tensor(name, "query_start_loc", query_start_loc, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    if query_start_loc.device.type not in ("cpu", "cuda", "npu"):
-        raise ValueError(f"{name}: tensors on {query_start_loc.device} are not supported (cuda, npu or cpu)")
-    if query_start_loc.shape[0] == 0:
-        raise ValueError(f"{name}: query_start_loc must have B + 1 >= 1 entries, got shape (0,)")
-    n_req = query_start_loc.shape[0] - 1
+    n_req = check_indptr(name, "query_start_loc", query_start_loc)
     check_tensor(name, "positions", positions, dtypes=INDEX_DTYPES, dim=1, like=query_start_loc, contiguous=True)
-    _check_block_table(name, block_table, n_req, query_start_loc)
+    check_block_table(name, block_table, query_start_loc, n_req)
     check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, shape=(n_req,), like=query_start_loc, contiguous=True)
-    _check_int(name, "window", window, 1)
-    _check_int(name, "block_size", block_size, 1)
+    check_int(name, "window", window, 1)
+    check_int(name, "block_size", block_size, 1)
     check_choice(name, "pad", pad, ref.PADS)
     n_tok = positions.shape[0]
     specs = (
@@ -127,5 +105,5 @@ def swa_index(
     kernel = tl.ops.swa_index_tl(
         block_size, pad, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype], INDEX_DTYPES[seq_lens.dtype]
     )
-    kernel(query_start_loc, positions, _dense_table(block_table), seq_lens, *outs)
+    kernel(query_start_loc, positions, dense_table(block_table), seq_lens, *outs)
     return outs
