@@ -8,8 +8,12 @@
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
 #   basic-tests  device tests of $KERNELS (default: the basic-ops family), then memcheck
 #   basic-bench  their benchmarks, baselines/memory refreshed (as $OUT/baselines.tar)
+#   multi-gpu    issue #9: device tests of $DEMO_KERNELS under xdist (-n 2 x GPUs) on every GPU, then
+#                on GPU 0 alone, fresh per-worker TileLang caches each; bindings, GPU use sampled by
+#                nvidia-smi, wall times, a test-by-test comparison; the benchmark refusal under xdist
 # Knobs of the basic steps: KERNELS="quant norm" (the packages), TESTS_K (a pytest -k filter of the
-# device tests), MEMCHECK=0 (skip compute-sanitizer), BENCH_FILTER (a --cases-filter substring).
+# device tests), MEMCHECK=0 (skip compute-sanitizer), BENCH_FILTER (a --cases-filter substring),
+# WORKERS (pytest-xdist workers of the device tests, default 15).
 # Results go to $OUT.
 set -uo pipefail
 mkdir -p /tmp/site /tmp/sweep && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
@@ -61,7 +65,7 @@ run_basic_tests() {
     local files=() tag
     for k in "${BASIC[@]}"; do files+=("kernels/$k/${k}_test.py"); done
     tag=$(IFS=-; echo "${BASIC[*]}")
-    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n 15 -q -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
+    python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n "${WORKERS:-15}" -q -rs ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
       | grep --line-buffered -v "device binding" > "$OUT/device_tests_$tag.log"
     tail -4 "$OUT/device_tests_$tag.log"
     [ "${MEMCHECK:-1}" = 0 ] && return
@@ -78,8 +82,39 @@ run_basic_bench() {
     grep -v "TileLang:tilelang" "$OUT/bench_$tag.log" | tail -60
     tar -cf "$OUT/baselines.tar" testing/benchmark_baselines testing/gpu_mem_profiles
 }
+read -r -a DEMO <<< "${DEMO_KERNELS:-schedule_mtp_varlen swa_index candidate_blocks}"
+run_multi_gpu() {
+    local files=() gpus run vis t0 sampler
+    for k in "${DEMO[@]}"; do files+=("kernels/$k/${k}_test.py"); done
+    gpus=$(nvidia-smi -L | grep -c '^GPU')
+    nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader | tee "$OUT/gpus.csv"
+    for run in ${RUNS:-all-gpus gpu0-only}; do
+        vis=; [ "$run" = gpu0-only ] && vis=0
+        (while :; do nvidia-smi --query-compute-apps=gpu_bus_id,pid --format=csv,noheader; sleep 1; done) \
+          > "$OUT/apps_$run.log" 2>&1 &
+        sampler=$!
+        t0=$(date +%s)
+        env ${vis:+CUDA_VISIBLE_DEVICES=$vis} TILELANG_OPS_PER_WORKER_CACHE=1 TILELANG_OPS_CACHE_BASE="/tmp/tlc-$run" \
+          python3 -m pytest "${files[@]}" "${pytest_args[@]}" --tl-suite=device -n $((2 * gpus)) -q -rs \
+          --junitxml="$OUT/junit_$run.xml" > "$OUT/xdist_$run.log" 2>&1
+        echo "$run: CUDA_VISIBLE_DEVICES=${vis:-unset}, -n $((2 * gpus)), wall $(( $(date +%s) - t0 )) s" \
+          | tee -a "$OUT/multi_gpu.txt"
+        kill "$sampler"
+        { tail -1 "$OUT/xdist_$run.log"; grep "device binding:" "$OUT/xdist_$run.log"
+          echo "processes seen per GPU (bus id: distinct pids):"
+          grep -v "No running" "$OUT/apps_$run.log" | sort -u | awk -F', ' '{n[$1]++} END {for (b in n) print "  " b ": " n[b]}'
+          echo "TileLang cache dirs: $(ls -d /tmp/tlc-$run/* | tr '\n' ' ')"; } | tee -a "$OUT/multi_gpu.txt"
+    done
+    python3 tools/gpu/compare_junit.py "$OUT/junit_all-gpus.xml" "$OUT/junit_gpu0-only.xml" | tee -a "$OUT/multi_gpu.txt"
+    for n in $((2 * gpus)) "$gpus"; do
+        echo "benchmark with PYTEST_XDIST_WORKER_COUNT=$n on $gpus GPUs:" | tee -a "$OUT/multi_gpu.txt"
+        PYTEST_XDIST_WORKER_COUNT=$n python3 -m testing.benchmark --kernels "${DEMO[0]}" --cases-filter b1_ \
+          2>&1 | grep -E "refused|device:|copy ceiling" | head -3 | tee -a "$OUT/multi_gpu.txt"
+    done
+}
 case "$step" in
   basic-tests) run_basic_tests ;;
+  multi-gpu) run_multi_gpu ;;
   basic-bench) run_basic_bench ;;
   sweep) run_sweep ;;
   norm) run_norm ;;
