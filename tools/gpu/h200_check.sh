@@ -8,6 +8,8 @@
 #   norm       norm device tests, benchmark (baselines/memory refreshed), as $OUT/norm.tar
 #   basic-tests  device tests of $KERNELS (default: the basic-ops family), then memcheck
 #   basic-bench  their benchmarks, baselines/memory refreshed (as $OUT/baselines.tar)
+#   bench-split  benchmarks of $GPU0_KERNELS on GPU 0 and of $GPU1_KERNELS on GPU 1 at the same time, one
+#                process per kernel in turn (each refreshes its baselines as it ends, as $OUT/baselines_<k>.tar)
 #   multi-gpu    issue #9: device tests of $DEMO_KERNELS under xdist (-n 2 x GPUs) on every GPU, then
 #                on GPU 0 alone, fresh per-worker TileLang caches each; bindings, GPU use sampled by
 #                nvidia-smi, wall times, a test-by-test comparison; the benchmark refusal under xdist
@@ -82,6 +84,24 @@ run_basic_bench() {
     grep -v "TileLang:tilelang" "$OUT/bench_$tag.log" | tail -60
     tar -cf "$OUT/baselines.tar" testing/benchmark_baselines testing/gpu_mem_profiles
 }
+bench_in_turn() {  # GPU index, then kernel names: one benchmark process per kernel, in turn
+    local gpu=$1 k
+    shift
+    for k in "$@"; do
+        CUDA_VISIBLE_DEVICES=$gpu python3 -m testing.benchmark --kernels "$k" --refresh-baselines --refresh-memory \
+          --json "$OUT/bench_$k.json" > "$OUT/bench_$k.log" 2>&1
+        grep -E "^RESULT|copy ceiling" "$OUT/bench_$k.log" | sed "s/^/gpu$gpu $k: /"
+        tar -cf "$OUT/baselines_$k.tar" testing/benchmark_baselines/*/"$k".jsonl testing/gpu_mem_profiles/*/"$k".jsonl
+    done
+}
+run_bench_split() {
+    local g0 g1
+    read -r -a g0 <<< "${GPU0_KERNELS:-}"
+    read -r -a g1 <<< "${GPU1_KERNELS:-}"
+    bench_in_turn 0 "${g0[@]}" &
+    bench_in_turn 1 "${g1[@]}"
+    wait
+}
 read -r -a DEMO <<< "${DEMO_KERNELS:-schedule_mtp_varlen swa_index candidate_blocks}"
 run_multi_gpu() {
     local files=() gpus run vis t0 sampler
@@ -115,6 +135,7 @@ run_multi_gpu() {
 case "$step" in
   basic-tests) run_basic_tests ;;
   multi-gpu) run_multi_gpu ;;
+  bench-split) run_bench_split ;;
   basic-bench) run_basic_bench ;;
   sweep) run_sweep ;;
   norm) run_norm ;;
