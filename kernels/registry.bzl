@@ -5,12 +5,14 @@ Kept as a plain list literal: tilelang_ops reads it directly when it runs outsid
 
 KERNELS = [
     "candidate_blocks",
+    "dflash",
     "gather",
     "get_kv_index",
     "load_paged_kv_cache",
     "norm",
     "outlier_detection",
     "quant",
+    "random_sampling",
     "schedule_mtp_varlen",
     "store_kv_cache",
     "swa_index",

@@ -1,0 +1,147 @@
+"""Interface of `dflash`: the confidence head of a block drafter, fused with its proposal.
+
+    confidence, proposal_len, expected_len, tokens = tilelang_ops.confidence_head(
+        hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
+        threshold=0.5, out=None)
+
+hidden         (N, H) bfloat16, 1 <= H <= 16384; rows may be strided (a view of a wider tensor), the
+               last dimension contiguous.
+prev_tokens    (N,) int32 or int64, contiguous: the token before each draft position.
+embedding      (V, He) bfloat16, contiguous, V >= 1, 1 <= He <= 16384.
+w_h (H,), w_e (He,), bias (1,): float32, contiguous; bias is a device tensor (no recompile, no sync
+               when it changes).
+draft_tokens   (N,) int32 or int64, contiguous: the drafted tokens.
+cu_draft_lens  (B + 1,) int32 or int64, contiguous, non-decreasing, cu_draft_lens[0] = 0: request b
+               owns rows cu_draft_lens[b] .. cu_draft_lens[b + 1] - 1. Checking cu_draft_lens[B] == N
+               would need the values on the host: it is not checked; rows past cu_draft_lens[B] are
+               padding (confidence computed, token -1) and only rows < N are ever read.
+threshold      a Python real number in [0, 1], rounded to float32; compiled into the CUDA kernel (one
+               compile per distinct threshold).
+out            caller-owned outputs (contiguous, exact shapes and dtypes): a DflashOutput or 4-tuple
+               in the order returned.
+
+Returns DflashOutput(confidence (N,) float32, proposal_len (B,) int32, expected_len (B,) float32,
+tokens (N,) of draft_tokens' dtype); the exact rules (out-of-range prev_tokens and NaN logits give
+confidence 0 and stop the proposal) are in kernels/dflash/ref.py.
+
+CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
+CUDA-graph capturable; N, B and V are dynamic). CPU tensors are served by the PyTorch reference.
+Invalid arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
+or N == 0 launches no kernel: torch computes the outputs as the reference defines them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from kernels.dflash import ref
+from kernels.interface import (
+    INDEX_DTYPES,
+    backend_ops,
+    base_alignment,
+    check_indptr,
+    check_no_overlap,
+    check_out,
+    check_rows,
+    check_tensor,
+    dense_rows,
+    is_host,
+)
+
+__all__ = ["DflashOutput", "confidence_head"]
+
+
+class DflashOutput(NamedTuple):
+    confidence: torch.Tensor
+    proposal_len: torch.Tensor
+    expected_len: torch.Tensor
+    tokens: torch.Tensor
+
+
+OUTPUTS = DflashOutput._fields
+
+
+def _check_width(name: str, arg: str, width: int) -> None:
+    if not 1 <= width <= ref.MAX_WIDTH:
+        raise ValueError(f"{name}: {arg} must be in [1, {ref.MAX_WIDTH}], got {width}")
+
+
+def _outputs(name: str, n_rows: int, n_req: int, draft_tokens: torch.Tensor, like: torch.Tensor, out) -> DflashOutput:
+    """The caller's outputs, validated, or fresh ones."""
+    specs = (((n_rows,), torch.float32), ((n_req,), torch.int32), ((n_req,), torch.float32), ((n_rows,), draft_tokens.dtype))
+    if out is None:
+        return DflashOutput(*(torch.empty(shape, dtype=dtype, device=like.device) for shape, dtype in specs))
+    if not isinstance(out, (tuple, list)) or len(out) != len(OUTPUTS):
+        raise TypeError(f"{name}: out must be a DflashOutput or tuple ({', '.join(OUTPUTS)}), got {type(out).__name__}")
+    for field, t, (shape, dtype) in zip(OUTPUTS, out, specs):
+        check_out(name, f"out.{field}", t, shape, dtype, like)
+    return DflashOutput(*out)
+
+
+def confidence_head(
+    hidden: torch.Tensor,
+    prev_tokens: torch.Tensor,
+    embedding: torch.Tensor,
+    w_h: torch.Tensor,
+    w_e: torch.Tensor,
+    bias: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    cu_draft_lens: torch.Tensor,
+    *,
+    threshold,
+    out: DflashOutput | tuple[torch.Tensor, ...] | None = None,
+) -> DflashOutput:
+    name = "confidence_head"
+    n_req = check_indptr(name, "cu_draft_lens", cu_draft_lens)
+    check_rows(name, "hidden", hidden, [torch.bfloat16])
+    check_tensor(name, "hidden", hidden, like=cu_draft_lens)
+    n_rows, width_h = hidden.shape
+    _check_width(name, "H (hidden.shape[1])", width_h)
+    check_tensor(name, "prev_tokens", prev_tokens, dtypes=INDEX_DTYPES, shape=(n_rows,), like=cu_draft_lens, contiguous=True)
+    check_tensor(name, "embedding", embedding, dtypes=[torch.bfloat16], dim=2, like=cu_draft_lens, contiguous=True)
+    n_vocab, width_e = embedding.shape
+    if n_vocab == 0:
+        raise ValueError(f"{name}: embedding must have V >= 1 rows, got shape {tuple(embedding.shape)}")
+    _check_width(name, "He (embedding.shape[1])", width_e)
+    check_tensor(name, "w_h", w_h, dtypes=[torch.float32], shape=(width_h,), like=cu_draft_lens, contiguous=True)
+    check_tensor(name, "w_e", w_e, dtypes=[torch.float32], shape=(width_e,), like=cu_draft_lens, contiguous=True)
+    check_tensor(name, "bias", bias, dtypes=[torch.float32], shape=(1,), like=cu_draft_lens)
+    check_tensor(name, "draft_tokens", draft_tokens, dtypes=INDEX_DTYPES, shape=(n_rows,), like=cu_draft_lens, contiguous=True)
+    thr = ref.fp32_threshold(threshold, name)
+    outs = _outputs(name, n_rows, n_req, draft_tokens, cu_draft_lens, out)
+    read = {
+        "hidden": hidden,
+        "prev_tokens": prev_tokens,
+        "embedding": embedding,
+        "w_h": w_h,
+        "w_e": w_e,
+        "bias": bias,
+        "draft_tokens": draft_tokens,
+        "cu_draft_lens": cu_draft_lens,
+    }
+    check_no_overlap(name, {f"out.{f}": t for f, t in zip(OUTPUTS, outs)}, read)
+    if n_req == 0 or n_rows == 0 or is_host(cu_draft_lens):
+        # No TileLang kernel: CPU tensors, or an empty batch on a device (every request then has
+        # no position, so max_len = 0 needs no host read).
+        max_len = None if is_host(cu_draft_lens) else 0
+        got = ref.confidence_head_fused_ref(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, thr, max_len)
+        for dst, src in zip(outs, got):
+            dst.copy_(src)
+        return outs
+    tl = backend_ops(name, cu_draft_lens)
+    hidden_k, h_stride = dense_rows(hidden)
+    kernel = tl.ops.dflash_tl(
+        width_h,
+        width_e,
+        h_stride,
+        thr,
+        INDEX_DTYPES[prev_tokens.dtype],
+        INDEX_DTYPES[draft_tokens.dtype],
+        INDEX_DTYPES[cu_draft_lens.dtype],
+        h_align=base_alignment(hidden_k),
+        e_align=base_alignment(embedding),
+    )
+    kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, *outs)
+    return outs

@@ -1,0 +1,124 @@
+"""Interface of `random_sampling`: one token per request by exponential race (probs) or Gumbel-max
+(logits), with counter-based noise keyed by (seed, offset, vocab id) only.
+
+    token = tilelang_ops.random_sample_probs(probs, seed, offset, out=None)
+    token = tilelang_ops.random_sample_logits(logits, seed, offset, temperature=None, out=None)
+    e     = tilelang_ops.exponential_noise(seed, offset, vocab_size)
+
+probs        (B, V) float32, V >= 1: unnormalised weights; entries <= 0 or NaN are never drawn.
+logits       (B, V) float32 or bfloat16, V >= 1: NaN counts as -inf; -inf is never drawn.
+             Rows of either may be strided (a view of a wider tensor); the last dimension must be
+             contiguous.
+seed, offset (B,) int64, contiguous, on the input's device: the request's noise counters (device
+             tensors, so a captured CUDA graph samples new tokens when they change). Same (seed,
+             offset) -> same noise -> same token on every run, whatever else is in the batch.
+temperature  None (t = 1 for every row) or (B,) float32, contiguous, on logits' device: rows with
+             0 < t < inf sample from softmax(l / t); t <= 0, NaN or +inf select greedy argmax.
+out          None or a caller-owned (B,) int64 contiguous tensor on the input's device.
+Returns token (B,) int64: the sampled id, ties to the lowest id; -1 for a row with nothing to draw
+(every prob <= 0 / NaN, every logit -inf / NaN). The exact rules are kernels/random_sampling/ref.py
+(the contract); the kernel matches it token for token.
+
+exponential_noise returns the library's (B, vocab_size) float32 Exp(1) noise on seed's device (the
+reference computes it; for callers that want to apply the same noise themselves).
+
+CUDA tensors run one TileLang kernel per call (one block per request, no host sync: CUDA-graph
+capturable; B, V and the row stride are dynamic, one compile per source, dtype and load width).
+CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
+naming the argument before anything is written. B == 0 launches nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.interface import (
+    backend_ops,
+    base_alignment,
+    check_device,
+    check_int,
+    check_no_overlap,
+    check_out,
+    check_rows,
+    check_tensor,
+    dense_rows,
+    is_host,
+)
+from kernels.random_sampling import ref
+
+__all__ = ["exponential_noise", "random_sample_logits", "random_sample_probs"]
+
+# torch dtype -> the element type name the backend factories take, per source.
+PROBS_DTYPES = {torch.float32: "float32"}
+LOGITS_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+
+def _check_counters(name: str, seed, offset, n: int, like: torch.Tensor) -> None:
+    for arg, t in (("seed", seed), ("offset", offset)):
+        check_tensor(name, arg, t, dtypes=[torch.int64], shape=(n,), like=like, contiguous=True)
+
+
+def _check_input(name: str, arg: str, x, dtypes) -> None:
+    check_rows(name, arg, x, dtypes)
+    if x.shape[1] == 0:
+        raise ValueError(f"{name}: {arg} has V = 0 columns; at least 1 is needed")
+
+
+def _sample(name: str, source: str, x, dtypes, seed, offset, temperature, out) -> torch.Tensor:
+    """Validated launch shared by both sources (temperature None for probs)."""
+    n = x.shape[0]
+    check_out(name, "out", out, (n,), torch.int64, x)
+    token = out if out is not None else torch.empty((n,), dtype=torch.int64, device=x.device)
+    check_no_overlap(name, {"out": token}, {source: x, "seed": seed, "offset": offset, "temperature": temperature})
+    if n == 0:
+        return token
+    if is_host(x):
+        if source == "probs":
+            token.copy_(ref.random_sample_probs_ref(x, seed, offset))
+        else:
+            token.copy_(ref.random_sample_logits_ref(x, seed, offset, temperature))
+        return token
+    tl = backend_ops(name, x)
+    xk, row_stride = dense_rows(x)
+    dtype = dtypes[x.dtype]
+    kernel = tl.ops.random_sample_tl(source, dtype, ref.vector_elements(dtype, row_stride, base_alignment(xk)))
+    if temperature is None:
+        # The probs kernel never reads it (and the logits kernel's default is t = 1): a plain
+        # allocation for probs, a fill for logits, both capturable.
+        shape = (n,)
+        temperature = torch.empty(shape, dtype=torch.float32, device=x.device) if source == "probs" else torch.ones(shape, dtype=torch.float32, device=x.device)
+    kernel(xk, seed, offset, temperature, token)
+    return token
+
+
+def random_sample_probs(probs: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    name = "random_sample_probs"
+    _check_input(name, "probs", probs, PROBS_DTYPES)
+    _check_counters(name, seed, offset, probs.shape[0], probs)
+    return _sample(name, "probs", probs, PROBS_DTYPES, seed, offset, None, out)
+
+
+def random_sample_logits(
+    logits: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    temperature: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    name = "random_sample_logits"
+    _check_input(name, "logits", logits, LOGITS_DTYPES)
+    n = logits.shape[0]
+    _check_counters(name, seed, offset, n, logits)
+    if temperature is not None:
+        check_tensor(name, "temperature", temperature, dtypes=[torch.float32], shape=(n,), like=logits, contiguous=True)
+    return _sample(name, "logits", logits, LOGITS_DTYPES, seed, offset, temperature, out)
+
+
+def exponential_noise(seed: torch.Tensor, offset: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    name = "exponential_noise"
+    check_tensor(name, "seed", seed, dtypes=[torch.int64], dim=1)
+    check_device(name, seed)
+    check_tensor(name, "offset", offset, dtypes=[torch.int64], shape=tuple(seed.shape), like=seed)
+    check_int(name, "vocab_size", vocab_size, 0)
+    return ref.exponential_noise(seed, offset, vocab_size)
