@@ -13,6 +13,7 @@ KERNELS = [
     "outlier_detection",
     "quant",
     "random_sampling",
+    "sampler",
     "schedule_mtp_varlen",
     "store_kv_cache",
     "swa_index",

@@ -1,0 +1,370 @@
+"""NVIDIA TileLang implementation of `sampler`: per-request temperature, top-k, top-p and min-p
+filtering by radix select (no sort), then an exponential race with the library's noise.
+
+    k = sampler_tl(dtype, vec)
+    k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty)
+
+logits       (B, V) of `dtype` (float32 or bfloat16), row stride `row_stride` >= V elements (a view
+             of a wider tensor is fine), last dimension contiguous; base pointer and row stride (in
+             bytes) multiples of vec * element size. 1 <= V < 2**23.
+temperature  (B,) float32; top_k (B,) int64; top_p, min_p (B,) float32; seed, offset (B,) int64:
+             per-request device tensors (a captured CUDA graph reads new values on every replay).
+token        (B,) int64 output: the sampled id, -1 for a row without a finite logit.
+logprob      (B,) float32 output: the token's log-probability (always written).
+empty        (B,) uint8 output (a bool tensor's bytes): 1 for a row without a finite logit.
+
+Semantics are `kernels.sampler.ref` (the contract), token for token: s = l / t with IEEE division,
+w = expf(s - m) with the accurate expf (fast math off: PASS_CONFIGS of random_sampling, checked by
+the codegen test), the integer masses q = floor(w * 2**20) summed in int64 (exact in any order), and
+the race key w / E with the noise macros of kernels/random_sampling/cuda.py; the argmaxes break ties
+to the lowest id, a total order, so the reduction order cannot change a token. Only the logprob's
+float32 sum has this kernel's own (fixed) order.
+
+B, V and the row stride are dynamic: one compile per (dtype, vec). B >= 1 (the interface launches
+nothing otherwise).
+
+One block of _THREADS threads per row (grid = B) runs _PHASES passes over its row, each re-reading
+it (s and w are recomputed on the fly, nothing of the row is stored); a pass that does not apply to
+the row has a trip count of 0, so every barrier is reached by every thread:
+  phase 0       max of s with the lowest id holding it, and the count of finite entries. Thread 0
+                then settles empty rows, rows holding +inf and the row's filter parameters.
+  phases 1-4    top-k (sampled rows with 0 < k < V and k <= the finite count; a larger k keeps every
+                finite entry): radix select of the k-th largest s over an order-preserving uint32
+                image of s, 8 bits a pass, counting entries in a shared-memory histogram (integer
+                atomics: exact in any order).
+  phases 5-8    top-p (sampled rows with top_p < 1 and P20 > 0; P20 = 0 keeps w >= 1 without a
+                pass): radix select over the bits of w (non-negative floats order like their bits)
+                with int64 q-mass histograms; phase 5 also sums Q. After each radix pass thread 0
+                scans the 256 bins from the top.
+  phase 9       the race among kept entries (sampled rows) and the sum of w over finite entries
+                (the logprob's normaliser); thread 0 writes the outputs.
+Greedy rows run phases 0 and 9 only. Block reductions: shuffle butterflies per warp, then the
+per-warp results from shared memory folded in warp order by thread 0.
+
+Speed is unmeasured (no GPU has run this kernel yet). A sampled row with top-k and top-p reads its
+row 10 times and thread 0 scans 8 histograms serially, so batch 128 x vocab 129280 is expected to
+miss the design's 50 us; the next steps are fewer passes (11-bit digits; a first pass that bounds
+the candidates so later passes skip most of the row) and a warp-parallel bin scan.
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
+# the factory's arguments, and string annotations would lose them.
+import tilelang
+import tilelang.language as T
+
+from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys
+from kernels.sampler.ref import MASS_BITS, check_config, sampler_shipped_configs
+
+__all__ = ["sampler_shipped_configs", "sampler_tl"]
+
+# 512 threads leave each thread up to 128 registers (1024 would cap them at 64 and spill).
+_THREADS = 512
+_WARP = 32
+_WARPS = _THREADS // _WARP
+# Shuffle rounds of a butterfly over one warp: log2(_WARP).
+_SHUFFLES = 5
+# Vectors a thread loads before using any.
+_UNROLL = 2
+# Radix select: 4 digits of 8 bits, most significant first.
+_DIGIT_BITS = 8
+_BINS = 1 << _DIGIT_BITS
+_DIGITS = 32 // _DIGIT_BITS
+_PHASE_MAX = 0
+_PHASE_TOP_K = 1
+_PHASE_TOP_P = _PHASE_TOP_K + _DIGITS
+_PHASE_RACE = _PHASE_TOP_P + _DIGITS
+_PHASES = _PHASE_RACE + 1
+# Row modes decided after phase 0.
+_DONE, _GREEDY, _SAMPLED = 0, 1, 2
+# Slots of the shared int64 state thread 0 writes and every thread reads after a barrier.
+_ST_MODE, _ST_BEST, _ST_TOP_K_ON, _ST_TOP_P_ON, _ST_PREFIX, _ST_MASK, _ST_REMAIN, _ST_P20, _ST_TARGET = range(9)
+_ST_SLOTS = 9
+# Slots of the shared float32 state: the row max of s and the three keep thresholds.
+_SF_MAX, _SF_TAU_K, _SF_TAU_P, _SF_MIN_P = range(4)
+_SF_SLOTS = 4
+_SIGN = 0x80000000
+_ALL = 0xFFFFFFFF
+
+
+@T.macro
+def _take_if_better(best_key, best_id, key, idx):
+    """(best_key, best_id) <- (key, idx) when idx is a candidate (>= 0) that beats the best: a larger
+    key, or an equal key and a lower id; id -1 means no candidate yet (its key is meaningless)."""
+    if idx >= 0:
+        if best_id[0] < 0 or key > best_key[0] or (key == best_key[0] and idx < best_id[0]):
+            best_key[0] = key
+            best_id[0] = idx
+
+
+@T.macro
+def _ordered(s):
+    """uint32 image of float32 s that orders like s (-0.0 just below +0.0)."""
+    # Negative floats (the sign bit set, -0.0 included) reverse their order when all bits flip.
+    return T.reinterpret("uint32", s) ^ T.if_then_else((T.reinterpret("uint32", s) >> T.uint32(31)) != T.uint32(0), T.uint32(_ALL), T.uint32(_SIGN))
+
+
+@T.macro
+def _unordered(u):
+    """float32 whose _ordered image is u."""
+    return T.reinterpret("float32", u ^ T.if_then_else((u >> T.uint32(31)) != T.uint32(0), T.uint32(_SIGN), T.uint32(_ALL)))
+
+
+@tilelang.jit(pass_configs=PASS_CONFIGS)
+def sampler_tl(dtype: str, vec: int):
+    """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
+    empty) for these static arguments (memoised)."""
+    check_config("sampler_tl", dtype, vec)
+    B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
+
+    @T.macro
+    def visit(val, v, phase, sampled, t, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist):
+        """Folds entry v (value val) into this thread's part of the phase's work; ids arrive in
+        ascending order, so only a strictly larger key replaces an earlier best."""
+        x32 = T.cast(val, "float32")
+        # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
+        if x32 > -T.infinity("float32"):
+            s[0] = x32
+            if sampled != 0:
+                s[0] = x32 / t
+            if phase == _PHASE_MAX:
+                acc[0] += T.int64(1)
+                if best_id[0] < 0 or s[0] > best_key[0]:
+                    best_key[0] = s[0]
+                    best_id[0] = v
+            elif phase < _PHASE_TOP_P:
+                # Through a local: the index analysis cannot see through uint32 arithmetic.
+                bits[0] = _ordered(s[0])
+                if (bits[0] & mask) == prefix:
+                    digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                    T.atomic_add(hist[digit[0]], T.int64(1))
+            else:
+                w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
+                if phase == _PHASE_RACE:
+                    wsum[0] += w[0]
+                    if sampled != 0 and s[0] >= tau_k and w[0] >= tau_p and w[0] >= min_p:
+                        noise_bits(v, keys, h)
+                        s[0] = w[0] / exponential_noise(h)
+                        if best_id[0] < 0 or s[0] > best_key[0]:
+                            best_key[0] = s[0]
+                            best_id[0] = v
+                elif s[0] >= tau_k:
+                    q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
+                    acc[0] += q
+                    bits[0] = T.reinterpret("uint32", w[0])
+                    if q > T.int64(0) and (bits[0] & mask) == prefix:
+                        digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                        T.atomic_add(hist[digit[0]], q)
+
+    @T.macro
+    def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf):
+        """Thread 0 after phase 0: outputs of empty and +inf rows; the mode and filters of others."""
+        st[_ST_BEST] = T.cast(best_id[0], "int64")
+        st[_ST_TOP_K_ON] = T.int64(0)
+        st[_ST_TOP_P_ON] = T.int64(0)
+        st[_ST_PREFIX] = T.int64(0)
+        st[_ST_MASK] = T.int64(0)
+        sf[_SF_MAX] = best_key[0]
+        sf[_SF_TAU_K] = -T.infinity("float32")
+        sf[_SF_TAU_P] = T.float32(0)
+        sf[_SF_MIN_P] = T.float32(0)
+        if best_id[0] < 0:
+            st[_ST_MODE] = T.int64(_DONE)
+            token[bx] = T.int64(-1)
+            logprob[bx] = T.float32(float("nan"))
+            empty[bx] = T.uint8(1)
+        elif best_key[0] == T.infinity("float32"):
+            st[_ST_MODE] = T.int64(_DONE)
+            token[bx] = T.cast(best_id[0], "int64")
+            logprob[bx] = T.float32(0)
+            empty[bx] = T.uint8(0)
+        elif t > T.float32(0) and t < T.infinity("float32"):
+            st[_ST_MODE] = T.int64(_SAMPLED)
+            # k beyond the finite count keeps every finite entry: the same as no top-k.
+            if top_k[bx] > T.int64(0) and top_k[bx] < T.cast(V, "int64") and top_k[bx] <= acc[0]:
+                st[_ST_TOP_K_ON] = T.int64(1)
+                st[_ST_REMAIN] = top_k[bx]
+            if top_p[bx] < T.float32(1):
+                # P20: clamp(top_p, 0, 1) * 2**20 (exact), rounded half to even.
+                x = T.max(top_p[bx], T.float32(0)) * T.float32(1 << MASS_BITS)
+                whole = T.cast(x, "int64")
+                frac = x - T.cast(whole, "float32")
+                st[_ST_P20] = whole + T.if_then_else(frac > T.float32(0.5) or (frac == T.float32(0.5) and whole % T.int64(2) == T.int64(1)), T.int64(1), T.int64(0))
+                if st[_ST_P20] == T.int64(0):
+                    # No mass to reach: the max and its ties.
+                    sf[_SF_TAU_P] = T.float32(1)
+                else:
+                    st[_ST_TOP_P_ON] = T.int64(1)
+            # False for NaN: a disabled min_p keeps every w >= 0.
+            if min_p[bx] > T.float32(0):
+                sf[_SF_MIN_P] = T.min(min_p[bx], T.float32(1))
+        else:
+            st[_ST_MODE] = T.int64(_GREEDY)
+
+    @T.macro
+    def scan_top_k(shift, hist, st):
+        """Thread 0: the bin holding the k-th largest (st[_ST_REMAIN] counts down within the prefix)."""
+        above = T.alloc_local((1,), "int64")
+        found = T.alloc_local((1,), "int32")
+        above[0] = T.int64(0)
+        found[0] = 0
+        for b in T.serial(_BINS):
+            if found[0] == 0:
+                if above[0] + hist[_BINS - 1 - b] >= st[_ST_REMAIN]:
+                    found[0] = 1
+                    st[_ST_PREFIX] = st[_ST_PREFIX] | (T.int64(_BINS - 1 - b) << T.cast(shift, "int64"))
+                    st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+                    st[_ST_REMAIN] = st[_ST_REMAIN] - above[0]
+                else:
+                    above[0] += hist[_BINS - 1 - b]
+
+    @T.macro
+    def scan_top_p(shift, hist, st):
+        """Thread 0: the highest bin whose mass, with all mass above it (st[_ST_REMAIN]), reaches
+        the target; a positive target makes that bin's own mass positive, so the bin holds a w."""
+        found = T.alloc_local((1,), "int32")
+        found[0] = 0
+        for b in T.serial(_BINS):
+            if found[0] == 0:
+                if (st[_ST_REMAIN] + hist[_BINS - 1 - b]) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET]:
+                    found[0] = 1
+                    st[_ST_PREFIX] = st[_ST_PREFIX] | (T.int64(_BINS - 1 - b) << T.cast(shift, "int64"))
+                    st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+                else:
+                    st[_ST_REMAIN] = st[_ST_REMAIN] + hist[_BINS - 1 - b]
+
+    @T.prim_func
+    def sampler(
+        logits: T.StridedTensor((B, V), (S, 1), dtype),
+        temperature: T.Tensor((B,), "float32"),
+        top_k: T.Tensor((B,), "int64"),
+        top_p: T.Tensor((B,), "float32"),
+        min_p: T.Tensor((B,), "float32"),
+        seed: T.Tensor((B,), "int64"),
+        offset: T.Tensor((B,), "int64"),
+        token: T.Tensor((B,), "int64"),
+        logprob: T.Tensor((B,), "float32"),
+        empty: T.Tensor((B,), "uint8"),
+    ):
+        with T.Kernel(B, threads=_THREADS) as bx:
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // _WARP, tx % _WARP
+            # 64-bit row: every offset into logits is 64-bit (B * row_stride may pass 2**31).
+            row = T.cast(bx, "int64")
+            keys = T.alloc_local((2,), "uint32")
+            h = T.alloc_local((1,), "uint32")
+            s = T.alloc_local((1,), "float32")
+            w = T.alloc_local((1,), "float32")
+            bits = T.alloc_local((1,), "uint32")
+            digit = T.alloc_local((1,), "int32")
+            acc = T.alloc_local((1,), "int64")
+            wsum = T.alloc_local((1,), "float32")
+            best_key = T.alloc_local((1,), "float32")
+            best_id = T.alloc_local((1,), "int32")
+            other_key = T.alloc_local((1,), "float32")
+            other_id = T.alloc_local((1,), "int32")
+            buf = T.alloc_local((_UNROLL, vec), dtype)
+            hist = T.alloc_shared((_BINS,), "int64")
+            red_key = T.alloc_shared((_WARPS,), "float32")
+            red_id = T.alloc_shared((_WARPS,), "int32")
+            red_acc = T.alloc_shared((_WARPS,), "int64")
+            red_sum = T.alloc_shared((_WARPS,), "float32")
+            st = T.alloc_shared((_ST_SLOTS,), "int64")
+            sf = T.alloc_shared((_SF_SLOTS,), "float32")
+            # The interface passes vec-aligned rows: what lets the loads below be vectorised.
+            T.assume(S % vec == 0)
+            noise_row_keys(seed[bx], offset[bx], keys)
+            t = temperature[bx]
+            sampled = T.cast(t > T.float32(0) and t < T.infinity("float32"), "int32")
+            # Phase 0 runs for every row and reads no state; zeroed so that no slot is ever undefined.
+            if tx < _ST_SLOTS:
+                st[tx] = T.int64(0)
+            if tx < _SF_SLOTS:
+                sf[tx] = T.float32(0)
+            n_vec = V // vec
+            for phase in T.serial(_PHASES):
+                T.sync_threads()
+                mode = st[_ST_MODE]
+                active = T.if_then_else(
+                    phase == _PHASE_MAX,
+                    1,
+                    T.if_then_else(
+                        phase < _PHASE_TOP_P,
+                        T.cast(st[_ST_TOP_K_ON], "int32"),
+                        T.if_then_else(phase < _PHASE_RACE, T.cast(st[_ST_TOP_P_ON], "int32"), T.cast(mode != T.int64(_DONE), "int32")),
+                    ),
+                )
+                m = sf[_SF_MAX]
+                tau_k = sf[_SF_TAU_K]
+                tau_p = sf[_SF_TAU_P]
+                min_p_w = sf[_SF_MIN_P]
+                prefix = T.cast(st[_ST_PREFIX], "uint32")
+                mask = T.cast(st[_ST_MASK], "uint32")
+                shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
+                for i in T.serial(T.ceildiv(_BINS, _THREADS)):
+                    if i * _THREADS + tx < _BINS:
+                        hist[i * _THREADS + tx] = T.int64(0)
+                acc[0] = T.int64(0)
+                wsum[0] = T.float32(0)
+                best_key[0] = -T.infinity("float32")
+                best_id[0] = -1
+                T.sync_threads()
+                for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL) * active):
+                    for u in T.unroll(_UNROLL):
+                        if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                            for e in T.vectorized(vec):
+                                buf[u, e] = logits[row, ((r * _UNROLL + u) * _THREADS + tx) * vec + e]
+                    for u in T.unroll(_UNROLL):
+                        if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                            for e in T.unroll(vec):
+                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist)
+                if vec > 1:
+                    # The V % vec entries after the last whole vector: ids above all of the loop's.
+                    if active != 0 and tx < V - n_vec * vec:
+                        buf[0, 0] = logits[row, n_vec * vec + tx]
+                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist)
+                for i in T.unroll(_SHUFFLES):
+                    other_key[0] = T.shfl_xor(best_key[0], 1 << i)
+                    other_id[0] = T.shfl_xor(best_id[0], 1 << i)
+                    _take_if_better(best_key, best_id, other_key[0], other_id[0])
+                    acc[0] += T.shfl_xor(acc[0], 1 << i)
+                    wsum[0] += T.shfl_xor(wsum[0], 1 << i)
+                if lane == 0:
+                    red_key[warp] = best_key[0]
+                    red_id[warp] = best_id[0]
+                    red_acc[warp] = acc[0]
+                    red_sum[warp] = wsum[0]
+                T.sync_threads()
+                if tx == 0:
+                    for j in T.unroll(1, _WARPS):
+                        _take_if_better(best_key, best_id, red_key[j], red_id[j])
+                        acc[0] += red_acc[j]
+                        wsum[0] += red_sum[j]
+                    if phase == _PHASE_MAX:
+                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf)
+                    elif phase < _PHASE_TOP_P:
+                        if active != 0:
+                            scan_top_k(shift, hist, st)
+                            if phase == _PHASE_TOP_P - 1:
+                                sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
+                                st[_ST_PREFIX] = T.int64(0)
+                                st[_ST_MASK] = T.int64(0)
+                    elif phase < _PHASE_RACE:
+                        if active != 0:
+                            if phase == _PHASE_TOP_P:
+                                st[_ST_TARGET] = st[_ST_P20] * acc[0]
+                                st[_ST_REMAIN] = T.int64(0)
+                            scan_top_p(shift, hist, st)
+                            if phase == _PHASE_RACE - 1:
+                                sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
+                    elif active != 0:
+                        empty[bx] = T.uint8(0)
+                        if mode == T.int64(_SAMPLED):
+                            # The winner's d, recomputed from its logit exactly as in the pass.
+                            s[0] = T.cast(logits[row, best_id[0]], "float32") / t
+                            token[bx] = T.cast(best_id[0], "int64")
+                            logprob[bx] = T.if_then_else(s[0] == m, T.float32(0), s[0] - m) - T.log(wsum[0])
+                        else:
+                            token[bx] = st[_ST_BEST]
+                            logprob[bx] = -T.log(wsum[0])
+
+    return sampler

@@ -1,0 +1,87 @@
+"""Benchmark cases of `sampler`: one token per request with top-k 50, top-p 0.9 and temperature 0.7
+(the decode settings of the design's target: batch 128 x vocab 129280 in <= 50 us on an H200).
+
+Run with ``python -m testing.benchmark --kernels sampler`` (or
+``bazel run //kernels/sampler:sampler_bench``).
+
+Cases (8): float32 logits at batch 1, 8, 64, 128, 512 over vocab 129280 (DeepSeek-V3), bfloat16
+logits at batch 1, 128, 512 over vocab 151936 (Qwen). Every row samples (no greedy rows) with top-k
+and top-p both enabled, the costliest path: the kernel re-reads its row in 10 passes (max, 4 top-k
+radix digits, 4 top-p radix digits, the race), so rows beyond L2 cost 10 reads from HBM.
+
+Peers, timed in the same run with the same timer:
+  torch_eager    kernels.sampler.ref.sampler_ref (it sorts every row twice)
+  torch_compile  torch.compile of the same function (dynamic=False)
+
+bytes_moved: the logits read once plus the outputs written, B * V * element size + B * (8 + 1)
+(tokens and empty flags; logprobs are not asked). The per-request parameters (40 bytes a row) are
+left out, as the brief defines it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import torch
+
+from testing.benchmark import BenchCase, Workload
+
+KERNEL = "sampler"
+
+# (dtype, V, batches)
+SWEEPS = (
+    (torch.float32, 129280, (1, 8, 64, 128, 512)),
+    (torch.bfloat16, 151936, (1, 128, 512)),
+)
+TOP_K, TOP_P, TEMPERATURE = 50, 0.9, 0.7
+
+
+def _seed(text: str) -> int:
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def _case(dtype: torch.dtype, V: int, batch: int) -> BenchCase:
+    dname = str(dtype).removeprefix("torch.")
+    case_id = f"{dname}_b{batch}_v{V}_k{TOP_K}_p{TOP_P}"
+    compiled: list[Any] = []
+
+    def make(device: torch.device, k: int) -> Workload:
+        from kernels.sampler import api, ref
+
+        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
+        logits = (torch.randn((batch, V), generator=gen, device=device) * 4).to(dtype)
+        big = 2**62
+        seed = torch.randint(-big, big, (batch,), generator=gen, device=device, dtype=torch.int64)
+        offset = torch.randint(0, big, (batch,), generator=gen, device=device, dtype=torch.int64)
+
+        def full(value, dt=torch.float32):
+            return torch.full((batch,), value, dtype=dt, device=device)
+
+        params = (full(TEMPERATURE), full(TOP_K, torch.int64), full(TOP_P), full(0.0), seed, offset)
+        out = (torch.empty((batch,), dtype=torch.int64, device=device), None, torch.empty((batch,), dtype=torch.bool, device=device))
+
+        def fn():
+            return api.sampler(logits, *params, out=out)
+
+        if not compiled:
+            compiled.append(torch.compile(ref.sampler_ref, dynamic=False))
+        compiled_ref = compiled[0]
+        return Workload(
+            fn=fn,
+            peers={"torch_eager": lambda: ref.sampler_ref(logits, *params), "torch_compile": lambda: compiled_ref(logits, *params)},
+        )
+
+    read = batch * V * dtype.itemsize
+    return BenchCase(
+        kernel=KERNEL,
+        case_id=case_id,
+        params={"dtype": dname, "B": batch, "V": V, "top_k": TOP_K, "top_p": TOP_P, "temperature": TEMPERATURE},
+        bytes_moved=read + batch * 9,
+        make=make,
+        input_bytes=read + batch * 40,
+    )
+
+
+def cases() -> list[BenchCase]:
+    return [_case(dtype, V, b) for dtype, V, batches in SWEEPS for b in batches]
