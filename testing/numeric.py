@@ -1,4 +1,5 @@
-"""Numeric helpers for kernel tests: poisoned outputs, bit-exact and ULP comparisons."""
+"""Numeric helpers for kernel tests: poisoned outputs, bit-exact and ULP comparisons, the chi-square
+critical values of the sampling kernels' distribution tests."""
 
 from __future__ import annotations
 
@@ -92,3 +93,13 @@ def assert_rejected_without_writes(fn, kwargs: dict, error: type, message: str, 
         fn(**kwargs)
     for t, b in zip(watched, before):
         assert torch.equal(bits(t), b), "a rejected call wrote into one of its outputs"
+
+
+def chi2_critical(df: int, alpha: float) -> float:
+    """x with P(chi2_df > x) = alpha (bisection on the regularised upper incomplete gamma)."""
+    lo, hi = 0.0, 1000.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        tail = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)))
+        lo, hi = (mid, hi) if tail > alpha else (lo, mid)
+    return lo

@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, assert_ulp_close, poisoned, ulp_distance
+from testing.numeric import (
+    as_bits,
+    assert_bitwise_equal,
+    assert_rejected_without_writes,
+    assert_ulp_close,
+    chi2_critical,
+    poisoned,
+    ulp_distance,
+)
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn]
 
@@ -72,3 +80,8 @@ def test_rejected_without_writes_catches_a_write_and_a_wrong_message():
         assert_rejected_without_writes(_rejecting(True), {"out": out}, ValueError, "out (2, 2)", [out])
     with pytest.raises(AssertionError):
         assert_rejected_without_writes(_rejecting(False), {"out": out}, ValueError, "other text", [out])
+
+
+def test_chi2_critical_value():
+    # Tabulated: chi2(7) upper 1e-4 quantile 29.878; chi2(1) upper 0.05 quantile 3.841.
+    assert abs(chi2_critical(7, 1e-4) - 29.878) < 0.01 and abs(chi2_critical(1, 0.05) - 3.841) < 0.01

@@ -20,6 +20,10 @@ larger key replaces its best). The scalar unit folds the _SIMT_THREADS bests in 
 the full comparison (larger key, or equal key and lower id) and MTE3 stores the token. Rows are
 independent: no core waits for another.
 
+Noise macros for other Ascend kernels (`from kernels.random_sampling.asc import ...`; hk is a local
+(3,) uint32 holding k0, k1 and the bits): mix32(h, i), noise_row_keys(seed, offset, hk),
+noise_bits(v, hk) and exponential_noise(hk), the transcriptions of ref's formulas.
+
 UB budget: one tile (32 KiB of float32, 16 KiB of bfloat16), two 1 KiB vectors of per-thread bests
 and a 32-byte token cell, plus the SIMT reserve (testing/codegen_ascend.py measures it).
 """
@@ -40,7 +44,7 @@ from kernels.random_sampling.ref import (
     random_sampling_shipped_configs,
 )
 
-__all__ = ["random_sample_tl", "random_sampling_shipped_configs"]
+__all__ = ["exponential_noise", "mix32", "noise_bits", "noise_row_keys", "random_sample_tl", "random_sampling_shipped_configs"]
 
 # One persistent block per vector core, the count TileLang's Ascend 950 vector examples launch.
 _VECTOR_CORES = 64
@@ -50,13 +54,41 @@ _TILE = 8192
 
 
 @T.macro
-def _mix32(h, i):
+def mix32(h, i):
     """h[i] (a local uint32) <- mix32(h[i]), the murmur3 finaliser of ref.mix32."""
     h[i] = h[i] ^ (h[i] >> T.uint32(16))
     h[i] = h[i] * T.uint32(MIX_MUL1)
     h[i] = h[i] ^ (h[i] >> T.uint32(13))
     h[i] = h[i] * T.uint32(MIX_MUL2)
     h[i] = h[i] ^ (h[i] >> T.uint32(16))
+
+
+@T.macro
+def noise_row_keys(seed, offset, hk):
+    """hk[0], hk[1] (a local (3,) uint32) <- (k0, k1) of ref.row_keys for int64 values seed, offset."""
+    hk[0] = T.cast(seed >> T.int64(32), "uint32") ^ T.uint32(SEED_SALT)
+    mix32(hk, 0)
+    hk[0] = hk[0] ^ T.cast(seed, "uint32")
+    mix32(hk, 0)
+    hk[1] = T.cast(offset >> T.int64(32), "uint32") ^ hk[0] ^ T.uint32(OFFSET_SALT)
+    mix32(hk, 1)
+    hk[1] = hk[1] ^ T.cast(offset, "uint32")
+    mix32(hk, 1)
+
+
+@T.macro
+def noise_bits(v, hk):
+    """hk[2] <- bits(v) of ref.noise_bits, for the row keys in hk[0], hk[1]."""
+    hk[2] = T.cast(v, "uint32") ^ hk[1]
+    mix32(hk, 2)
+    hk[2] = hk[2] + hk[0]
+    mix32(hk, 2)
+
+
+@T.macro
+def exponential_noise(hk):
+    """float32 E = -log(u) of the bits in hk[2], as ref.exponential_noise."""
+    return -T.log((T.cast(hk[2] >> T.uint32(U_SHIFT), "float32") + T.float32(0.5)) * T.float32(U_SCALE))
 
 
 @tilelang.jit(target="ascend")
@@ -96,14 +128,7 @@ def random_sample_tl(source: str, dtype: str, vec: int):
                         mine_key = T.alloc_var("float32")
                         mine_id = T.alloc_var("int32")
                         # The row keys of ref.row_keys.
-                        hk[0] = T.cast(seed[b] >> T.int64(32), "uint32") ^ T.uint32(SEED_SALT)
-                        _mix32(hk, 0)
-                        hk[0] = hk[0] ^ T.cast(seed[b], "uint32")
-                        _mix32(hk, 0)
-                        hk[1] = T.cast(offset[b] >> T.int64(32), "uint32") ^ hk[0] ^ T.uint32(OFFSET_SALT)
-                        _mix32(hk, 1)
-                        hk[1] = hk[1] ^ T.cast(offset[b], "uint32")
-                        _mix32(hk, 1)
+                        noise_row_keys(seed[b], offset[b], hk)
                         t = temperature[b]
                         mine_key = -T.infinity("float32")
                         mine_id = -1
@@ -119,11 +144,8 @@ def random_sample_tl(source: str, dtype: str, vec: int):
                                 if (probs and x32 > T.float32(0)) or (not probs and x32 > -T.infinity("float32")):
                                     key = x32
                                     if probs or (t > T.float32(0) and t < T.infinity("float32")):
-                                        hk[2] = T.cast(v, "uint32") ^ hk[1]
-                                        _mix32(hk, 2)
-                                        hk[2] = hk[2] + hk[0]
-                                        _mix32(hk, 2)
-                                        key = -T.log((T.cast(hk[2] >> T.uint32(U_SHIFT), "float32") + T.float32(0.5)) * T.float32(U_SCALE))
+                                        noise_bits(v, hk)
+                                        key = exponential_noise(hk)
                                         if probs:
                                             key = x32 / key
                                         else:

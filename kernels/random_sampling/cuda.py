@@ -37,6 +37,7 @@ Noise macros for other kernels (`from kernels.random_sampling.cuda import ...`):
     noise_row_keys(seed, offset, keys)     keys: local (2,) uint32 <- (k0, k1); seed, offset int64
     noise_bits(v, keys, h)                 h: local (1,) uint32 <- bits(v) (v an int32 vocab id)
     exponential_noise(h)                   float32 E = -logf(u) of the bits in h[0]
+    take_if_better(best_key, best_id, key, idx)   the fold step of a deterministic block argmax
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -64,6 +65,7 @@ __all__ = [
     "noise_row_keys",
     "random_sample_tl",
     "random_sampling_shipped_configs",
+    "take_if_better",
 ]
 
 # The keys must equal torch's float32 logf and division bit for bit: never --use_fast_math
@@ -118,7 +120,7 @@ def exponential_noise(h):
 
 
 @T.macro
-def _take_if_better(best_key, best_id, key, idx):
+def take_if_better(best_key, best_id, key, idx):
     """(best_key, best_id) <- (key, idx) when idx is a candidate (>= 0) that beats the best: a larger
     key, or an equal key and a lower id; id -1 means no candidate yet (its key is meaningless)."""
     if idx >= 0:
@@ -211,14 +213,14 @@ def random_sample_tl(source: str, dtype: str, vec: int):
             for i in T.unroll(_SHUFFLES):
                 other_key[0] = T.shfl_xor(best_key[0], 1 << i)
                 other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                _take_if_better(best_key, best_id, other_key[0], other_id[0])
+                take_if_better(best_key, best_id, other_key[0], other_id[0])
             if lane == 0:
                 red_key[warp] = best_key[0]
                 red_id[warp] = best_id[0]
             T.sync_threads()
             if tx == 0:
                 for w in T.unroll(1, _WARPS):
-                    _take_if_better(best_key, best_id, red_key[w], red_id[w])
+                    take_if_better(best_key, best_id, red_key[w], red_id[w])
                 token[bx] = T.cast(best_id[0], "int64")
 
     return random_sample

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kernels.random_sampling import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, chi2_critical, poisoned
 
 MASK = 0xFFFFFFFF
 I64 = torch.int64
@@ -76,16 +76,6 @@ def assert_matches_oracle(tokens: torch.Tensor, keys: torch.Tensor, included: to
             assert 0 <= tok < keys.shape[1] and bool(included[b, tok]), f"row {b}: token {tok} cannot be drawn"
             k, kb = float(keys[b, tok]), float(best[b])
             assert abs(k - kb) <= rel * max(abs(kb), 1.0), f"row {b}: token {tok} (key {k}) != {expected} (key {kb})"
-
-
-def chi2_critical(df: int, alpha: float) -> float:
-    """x with P(chi2_df > x) = alpha (bisection on the regularised upper incomplete gamma)."""
-    lo, hi = 0.0, 1000.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        tail = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)))
-        lo, hi = (mid, hi) if tail > alpha else (lo, mid)
-    return lo
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -273,12 +263,6 @@ def test_draws_follow_the_distribution(source):
         tokens = ref.random_sample_logits_ref(l.expand(n, V), seed, offset, torch.full((n,), 0.7))
     assert int(tokens.min()) >= 0
     assert _chi2(tokens, p) < chi2_critical(V - 1, 1e-4)
-
-
-@pytest.mark.ref
-def test_chi2_critical_value():
-    # Tabulated: chi2(7) upper 1e-4 quantile 29.878; chi2(1) upper 0.05 quantile 3.841.
-    assert abs(chi2_critical(7, 1e-4) - 29.878) < 0.01 and abs(chi2_critical(1, 0.05) - 3.841) < 0.01
 
 
 # ----------------------------------------------------------------------------------------------------

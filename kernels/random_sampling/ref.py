@@ -51,6 +51,7 @@ __all__ = [
     "SOURCES",
     "VECTOR_BYTES",
     "check_config",
+    "check_vector",
     "exponential_noise",
     "mix32",
     "noise_bits",
@@ -176,6 +177,13 @@ def check_config(name: str, source: str, dtype: str, vec: int) -> int:
         raise ValueError(f"{name}: source must be one of {', '.join(map(repr, SOURCES))}, got {source!r}")
     if dtype not in DTYPES[source]:
         raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES[source])} for {source}")
+    return check_vector(name, dtype, vec)
+
+
+def check_vector(name: str, dtype: str, vec: int) -> int:
+    """ValueError/TypeError unless vec (elements per vector load of a float32 or bfloat16 row) is a
+    power of two with vec * element size <= 16 bytes; returns the element size. The sampling
+    kernels that read rows like this one (sampler) check their loads with it too."""
     if isinstance(vec, bool) or not isinstance(vec, int):
         raise TypeError(f"{name}: vec must be an int, got {type(vec).__name__}")
     elem = _ELEMENT_BYTES[dtype]

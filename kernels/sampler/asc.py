@@ -37,7 +37,7 @@ id and d, count or mass, Q, sum of w: 8 KiB), small state and output cells, plus
 import tilelang
 import tilelang.ascend.language as T
 
-from kernels.random_sampling.ref import MIX_MUL1, MIX_MUL2, OFFSET_SALT, SEED_SALT, U_SCALE, U_SHIFT
+from kernels.random_sampling.asc import exponential_noise, noise_bits, noise_row_keys
 from kernels.sampler.ref import MASS_BITS, check_config, sampler_shipped_configs
 
 __all__ = ["sampler_shipped_configs", "sampler_tl"]
@@ -60,16 +60,6 @@ _SF_SLOTS = 8
 _SI_CAND, _SI_SAMPLED, _SI_DONE, _SI_TOP_K_ON, _SI_TOP_P_ON, _SI_REMAIN, _SI_P20, _SI_TARGET, _SI_FOUND = range(9)
 _SI_ID, _SI_ACC, _SI_TOTAL = 9, 10, 11
 _SI_SLOTS = 12
-
-
-@T.macro
-def _mix32(h, i):
-    """h[i] (a local uint32) <- mix32(h[i]), the murmur3 finaliser of random_sampling's ref.mix32."""
-    h[i] = h[i] ^ (h[i] >> T.uint32(16))
-    h[i] = h[i] * T.uint32(MIX_MUL1)
-    h[i] = h[i] ^ (h[i] >> T.uint32(13))
-    h[i] = h[i] * T.uint32(MIX_MUL2)
-    h[i] = h[i] ^ (h[i] >> T.uint32(16))
 
 
 @T.macro
@@ -113,11 +103,8 @@ def sampler_tl(dtype: str, vec: int):
             if ph == _PASS_RACE:
                 mine_sum[0] += w[0]
                 if sampled != 0 and s[0] >= tau_k and w[0] >= tau_p and w[0] >= min_p_w:
-                    hk[2] = T.cast(v, "uint32") ^ hk[1]
-                    _mix32(hk, 2)
-                    hk[2] = hk[2] + hk[0]
-                    _mix32(hk, 2)
-                    s[0] = w[0] / -T.log((T.cast(hk[2] >> T.uint32(U_SHIFT), "float32") + T.float32(0.5)) * T.float32(U_SCALE))
+                    noise_bits(v, hk)
+                    s[0] = w[0] / exponential_noise(hk)
                     if mine_id[0] < 0 or s[0] > mine_key[0]:
                         mine_key[0] = s[0]
                         mine_id[0] = v
@@ -166,14 +153,7 @@ def sampler_tl(dtype: str, vec: int):
                 mine_tot[0] = tot_ub[tid]
                 mine_sum[0] = sum_ub[tid]
             # The row keys of random_sampling's ref.row_keys (the race pass needs them).
-            hk[0] = T.cast(seed[b] >> T.int64(32), "uint32") ^ T.uint32(SEED_SALT)
-            _mix32(hk, 0)
-            hk[0] = hk[0] ^ T.cast(seed[b], "uint32")
-            _mix32(hk, 0)
-            hk[1] = T.cast(offset[b] >> T.int64(32), "uint32") ^ hk[0] ^ T.uint32(OFFSET_SALT)
-            _mix32(hk, 1)
-            hk[1] = hk[1] ^ T.cast(offset[b], "uint32")
-            _mix32(hk, 1)
+            noise_row_keys(seed[b], offset[b], hk)
             for r in T.serial(_TILE // _SIMT_THREADS):
                 j = r * _SIMT_THREADS + tid
                 if j < valid:

@@ -52,7 +52,7 @@ the candidates so later passes skip most of the row) and a warp-parallel bin sca
 import tilelang
 import tilelang.language as T
 
-from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys
+from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.ref import MASS_BITS, check_config, sampler_shipped_configs
 
 __all__ = ["sampler_shipped_configs", "sampler_tl"]
@@ -84,16 +84,6 @@ _SF_MAX, _SF_TAU_K, _SF_TAU_P, _SF_MIN_P = range(4)
 _SF_SLOTS = 4
 _SIGN = 0x80000000
 _ALL = 0xFFFFFFFF
-
-
-@T.macro
-def _take_if_better(best_key, best_id, key, idx):
-    """(best_key, best_id) <- (key, idx) when idx is a candidate (>= 0) that beats the best: a larger
-    key, or an equal key and a lower id; id -1 means no candidate yet (its key is meaningless)."""
-    if idx >= 0:
-        if best_id[0] < 0 or key > best_key[0] or (key == best_key[0] and idx < best_id[0]):
-            best_key[0] = key
-            best_id[0] = idx
 
 
 @T.macro
@@ -325,7 +315,7 @@ def sampler_tl(dtype: str, vec: int):
                 for i in T.unroll(_SHUFFLES):
                     other_key[0] = T.shfl_xor(best_key[0], 1 << i)
                     other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                    _take_if_better(best_key, best_id, other_key[0], other_id[0])
+                    take_if_better(best_key, best_id, other_key[0], other_id[0])
                     acc[0] += T.shfl_xor(acc[0], 1 << i)
                     wsum[0] += T.shfl_xor(wsum[0], 1 << i)
                 if lane == 0:
@@ -336,7 +326,7 @@ def sampler_tl(dtype: str, vec: int):
                 T.sync_threads()
                 if tx == 0:
                     for j in T.unroll(1, _WARPS):
-                        _take_if_better(best_key, best_id, red_key[j], red_id[j])
+                        take_if_better(best_key, best_id, red_key[j], red_id[j])
                         acc[0] += red_acc[j]
                         wsum[0] += red_sum[j]
                     if phase == _PHASE_MAX:

@@ -55,13 +55,13 @@ from __future__ import annotations
 
 import torch
 
-from kernels.random_sampling.ref import exponential_noise
+# The noise, and the vector-load width rule of rows like these, are random_sampling's.
+from kernels.random_sampling.ref import check_vector, exponential_noise, vector_elements
 
 __all__ = [
     "DTYPES",
     "MASS_BITS",
     "MAX_VOCAB",
-    "VECTOR_BYTES",
     "check_config",
     "sampler_ref",
     "sampler_shipped_configs",
@@ -157,9 +157,6 @@ def sampler_ref(
 # Static arguments of the backend factories (cuda.py and asc.py share them).
 
 DTYPES = ("float32", "bfloat16")
-_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
-# The widest global access of one instruction.
-VECTOR_BYTES = 16
 
 
 def check_config(name: str, dtype: str, vec: int) -> int:
@@ -167,22 +164,7 @@ def check_config(name: str, dtype: str, vec: int) -> int:
     of two with vec * element size <= 16 bytes; returns the element size."""
     if dtype not in DTYPES:
         raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if isinstance(vec, bool) or not isinstance(vec, int):
-        raise TypeError(f"{name}: vec must be an int, got {type(vec).__name__}")
-    elem = _ELEMENT_BYTES[dtype]
-    if vec < 1 or vec & (vec - 1) or vec * elem > VECTOR_BYTES:
-        raise ValueError(f"{name}: vec must be a power of two with vec * {elem} <= {VECTOR_BYTES} bytes, got {vec}")
-    return elem
-
-
-def vector_elements(dtype: str, row_stride: int, base_align: int) -> int:
-    """Elements per vector load: the widest power of two whose bytes divide the base alignment, the
-    row stride in bytes and 16 (every row start is then aligned; V itself may be odd)."""
-    elem = _ELEMENT_BYTES[dtype]
-    vec_bytes = VECTOR_BYTES
-    while vec_bytes > elem and (base_align % vec_bytes or (row_stride * elem) % vec_bytes):
-        vec_bytes //= 2
-    return vec_bytes // elem
+    return check_vector(name, dtype, vec)
 
 
 def sampler_shipped_configs() -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ import torch
 
 from kernels.random_sampling import ref as noise_ref
 from kernels.sampler import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, chi2_critical, poisoned
 
 I64 = torch.int64
 INF = math.inf
@@ -105,16 +105,6 @@ def assert_matches_oracle(logits, temperature, top_k, top_p, min_p, seed, offset
         if logprobs is not None:
             lp = float(logprobs[b])
             assert abs(lp - expected_lp) <= 1e-4 * max(1.0, abs(expected_lp)), f"row {b}: logprob {lp} != {expected_lp}"
-
-
-def chi2_critical(df: int, alpha: float) -> float:
-    """x with P(chi2_df > x) = alpha (bisection on the regularised upper incomplete gamma)."""
-    lo, hi = 0.0, 1000.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        tail = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)))
-        lo, hi = (mid, hi) if tail > alpha else (lo, mid)
-    return lo
 
 
 def run_ref(logits, temperature, top_k, top_p, min_p, seed, offset):
@@ -340,12 +330,6 @@ def test_draws_follow_the_kept_distribution(k, p, mp):
     assert float(counts.sum() - counts[ids].sum()) == 0, "a filtered-out id was drawn"
     exp = torch.tensor([expected[v] for v in ids], dtype=torch.float64) * n
     assert float(((counts[ids] - exp) ** 2 / exp).sum()) < chi2_critical(len(ids) - 1, 1e-4)
-
-
-@pytest.mark.ref
-def test_chi2_critical_value():
-    # Tabulated: chi2(7) upper 1e-4 quantile 29.878; chi2(1) upper 0.05 quantile 3.841.
-    assert abs(chi2_critical(7, 1e-4) - 29.878) < 0.01 and abs(chi2_critical(1, 0.05) - 3.841) < 0.01
 
 
 # ----------------------------------------------------------------------------------------------------
