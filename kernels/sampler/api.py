@@ -135,8 +135,8 @@ def sampler(
     tl = backend_ops(name, logits)
     x, row_stride = dense_rows(logits)
     dtype = LOGITS_DTYPES[logits.dtype]
-    kernel = tl.ops.sampler_tl(dtype, ref.vector_elements(dtype, row_stride, base_alignment(x)))
+    kernel = tl.ops.sampler_tl(dtype, ref.vector_elements(dtype, row_stride, base_alignment(x)), INDEX_DTYPES[top_k.dtype])
     # The kernel always writes a logprob; when none is asked for it goes to a scratch row.
     logprobs = result.logprobs if return_logprobs else torch.empty((n,), dtype=torch.float32, device=logits.device)
-    kernel(x, temperature, top_k.to(torch.int64), top_p, min_p, seed, offset, result.tokens, logprobs, result.empty.view(torch.uint8))
+    kernel(x, temperature, top_k, top_p, min_p, seed, offset, result.tokens, logprobs, result.empty.view(torch.uint8))
     return result

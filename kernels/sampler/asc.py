@@ -2,13 +2,13 @@
 (codegen_ascend suite: every configuration lowers and its Unified Buffer footprint fits); no NPU has
 run it.
 
-    k = sampler_tl(dtype, vec)
+    k = sampler_tl(dtype, vec, top_k_dtype)
     k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty)
 
 Arguments, dtypes, layouts and semantics are those of the CUDA factory (kernels/sampler/cuda.py) and
 of `kernels.sampler.ref` (the contract), token for token: the same s = l / t, w = expf(d), integer
-masses, thresholds and race keys w / E with the library's noise (re-implemented here from
-random_sampling's definition: this module may not import the CUDA one). B, V and the row stride are
+masses, thresholds and race keys w / E with the library's noise (random_sampling/asc.py's macros:
+this module may not import the CUDA ones). B, V and the row stride are
 dynamic. `vec` is accepted for signature parity and validated but unused: the global-memory side of
 an Ascend DMA is byte-granular, so rows need no alignment class.
 
@@ -76,10 +76,10 @@ def _unordered(u):
 
 
 @tilelang.jit(target="ascend")
-def sampler_tl(dtype: str, vec: int):
+def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Ascend kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty)
     (memoised)."""
-    check_config("sampler_tl", dtype, vec)
+    check_config("sampler_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
 
     @T.macro
@@ -220,9 +220,9 @@ def sampler_tl(dtype: str, vec: int):
             em_ub[0] = T.cast(si[_SI_ID] < 0, "uint8")
         elif si[_SI_SAMPLED] != 0:
             # k beyond the finite count keeps every finite entry: no top-k.
-            if top_k[b] > T.int64(0) and top_k[b] < T.cast(V, "int64") and top_k[b] <= si[_SI_ACC]:
+            if T.cast(top_k[b], "int64") > T.int64(0) and T.cast(top_k[b], "int64") < T.cast(V, "int64") and T.cast(top_k[b], "int64") <= si[_SI_ACC]:
                 si[_SI_TOP_K_ON] = T.int64(1)
-                si[_SI_REMAIN] = top_k[b]
+                si[_SI_REMAIN] = T.cast(top_k[b], "int64")
             if top_p[b] < T.float32(1):
                 # P20: clamp(top_p, 0, 1) * 2**20 (exact), rounded half to even.
                 x = T.max(top_p[b], T.float32(0)) * T.float32(1 << MASS_BITS)
@@ -269,7 +269,7 @@ def sampler_tl(dtype: str, vec: int):
     def sampler(
         logits: T.StridedTensor((B, V), (S, 1), dtype),
         temperature: T.Tensor((B,), "float32"),
-        top_k: T.Tensor((B,), "int64"),
+        top_k: T.Tensor((B,), top_k_dtype),
         top_p: T.Tensor((B,), "float32"),
         min_p: T.Tensor((B,), "float32"),
         seed: T.Tensor((B,), "int64"),

@@ -1,14 +1,15 @@
 """NVIDIA TileLang implementation of `sampler`: per-request temperature, top-k, top-p and min-p
 filtering by radix select (no sort), then an exponential race with the library's noise.
 
-    k = sampler_tl(dtype, vec)
+    k = sampler_tl(dtype, vec, top_k_dtype)
     k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty)
 
 logits       (B, V) of `dtype` (float32 or bfloat16), row stride `row_stride` >= V elements (a view
              of a wider tensor is fine), last dimension contiguous; base pointer and row stride (in
              bytes) multiples of vec * element size. 1 <= V < 2**23.
-temperature  (B,) float32; top_k (B,) int64; top_p, min_p (B,) float32; seed, offset (B,) int64:
-             per-request device tensors (a captured CUDA graph reads new values on every replay).
+temperature  (B,) float32; top_k (B,) of `top_k_dtype` (int32 or int64, read as given); top_p,
+             min_p (B,) float32; seed, offset (B,) int64: per-request device tensors (a captured
+             CUDA graph reads new values on every replay).
 token        (B,) int64 output: the sampled id, -1 for a row without a finite logit.
 logprob      (B,) float32 output: the token's log-probability (always written).
 empty        (B,) uint8 output (a bool tensor's bytes): 1 for a row without a finite logit.
@@ -100,10 +101,10 @@ def _unordered(u):
 
 
 @tilelang.jit(pass_configs=PASS_CONFIGS)
-def sampler_tl(dtype: str, vec: int):
+def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
     empty) for these static arguments (memoised)."""
-    check_config("sampler_tl", dtype, vec)
+    check_config("sampler_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
 
     @T.macro
@@ -170,9 +171,9 @@ def sampler_tl(dtype: str, vec: int):
         elif t > T.float32(0) and t < T.infinity("float32"):
             st[_ST_MODE] = T.int64(_SAMPLED)
             # k beyond the finite count keeps every finite entry: the same as no top-k.
-            if top_k[bx] > T.int64(0) and top_k[bx] < T.cast(V, "int64") and top_k[bx] <= acc[0]:
+            if T.cast(top_k[bx], "int64") > T.int64(0) and T.cast(top_k[bx], "int64") < T.cast(V, "int64") and T.cast(top_k[bx], "int64") <= acc[0]:
                 st[_ST_TOP_K_ON] = T.int64(1)
-                st[_ST_REMAIN] = top_k[bx]
+                st[_ST_REMAIN] = T.cast(top_k[bx], "int64")
             if top_p[bx] < T.float32(1):
                 # P20: clamp(top_p, 0, 1) * 2**20 (exact), rounded half to even.
                 x = T.max(top_p[bx], T.float32(0)) * T.float32(1 << MASS_BITS)
@@ -226,7 +227,7 @@ def sampler_tl(dtype: str, vec: int):
     def sampler(
         logits: T.StridedTensor((B, V), (S, 1), dtype),
         temperature: T.Tensor((B,), "float32"),
-        top_k: T.Tensor((B,), "int64"),
+        top_k: T.Tensor((B,), top_k_dtype),
         top_p: T.Tensor((B,), "float32"),
         min_p: T.Tensor((B,), "float32"),
         seed: T.Tensor((B,), "int64"),

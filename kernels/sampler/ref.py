@@ -62,6 +62,7 @@ __all__ = [
     "DTYPES",
     "MASS_BITS",
     "MAX_VOCAB",
+    "TOP_K_DTYPES",
     "check_config",
     "sampler_ref",
     "sampler_shipped_configs",
@@ -157,17 +158,23 @@ def sampler_ref(
 # Static arguments of the backend factories (cuda.py and asc.py share them).
 
 DTYPES = ("float32", "bfloat16")
+# top_k is read as given (int32 or int64): no widening launch before the kernel.
+TOP_K_DTYPES = ("int32", "int64")
 
 
-def check_config(name: str, dtype: str, vec: int) -> int:
-    """ValueError/TypeError unless dtype is one of DTYPES and vec (elements per vector load) a power
-    of two with vec * element size <= 16 bytes; returns the element size."""
+def check_config(name: str, dtype: str, vec: int, top_k_dtype: str = "int64") -> int:
+    """ValueError/TypeError unless dtype is one of DTYPES, vec (elements per vector load) a power
+    of two with vec * element size <= 16 bytes and top_k_dtype one of TOP_K_DTYPES; returns the
+    element size."""
     if dtype not in DTYPES:
         raise ValueError(f"{name}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if top_k_dtype not in TOP_K_DTYPES:
+        raise ValueError(f"{name}: top_k_dtype {top_k_dtype!r} is not one of {', '.join(TOP_K_DTYPES)}")
     return check_vector(name, dtype, vec)
 
 
-def sampler_shipped_configs() -> list[tuple[str, int]]:
-    """(dtype, vec): both logit dtypes with 16-byte vectors (aligned rows, the models' vocabularies)
-    and element-wide loads (misaligned views). B, V and the row stride are dynamic."""
-    return [("float32", 4), ("float32", 1), ("bfloat16", 8), ("bfloat16", 1)]
+def sampler_shipped_configs() -> list[tuple[str, int, str]]:
+    """(dtype, vec, top_k_dtype): both logit dtypes with 16-byte vectors (aligned rows, the models'
+    vocabularies) and element-wide loads (misaligned views), each top_k dtype. B, V and the row
+    stride are dynamic."""
+    return [("float32", 4, "int32"), ("float32", 1, "int64"), ("bfloat16", 8, "int32"), ("bfloat16", 1, "int64")]

@@ -560,7 +560,7 @@ def test_cuda_config_compiles_without_spills(arch, config):
     assert "__expf" not in source and "__logf" not in source and "__fdividef" not in source
     assert "--use_fast_math" not in lowered.nvcc_flags
     assert source.count("__global__ void") <= 2
-    dtype, vec = config
+    dtype, vec, _ = config
     if vec * (4 if dtype == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
     report = codegen_cuda.check_cuda_resources(cuda.sampler_tl, *config, arch=arch)
