@@ -85,8 +85,10 @@ def oracle_confidence(args) -> tuple[torch.Tensor, torch.Tensor]:
     b = args["bias"].cpu().double()
     logit = th.sum(-1) + te.sum(-1) + b
     mass = th.abs().sum(-1) + te.abs().sum(-1) + b.abs()
-    c = torch.where(valid & ~torch.isnan(logit), torch.sigmoid(logit), torch.zeros_like(logit))
-    return c, 0.25 * 4e-6 * mass + 1e-6
+    nan = torch.isnan(logit)
+    c = torch.where(valid & ~nan, torch.sigmoid(logit), torch.zeros_like(logit))
+    # A NaN logit has a NaN mass too: its defined confidence, 0, must then be met exactly.
+    return c, torch.where(nan, torch.zeros_like(mass), 0.25 * 4e-6 * mass + 1e-6)
 
 
 def assert_confidence_close(got: torch.Tensor, args, what="confidence"):
