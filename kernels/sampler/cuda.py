@@ -31,21 +31,22 @@ the row has a trip count of 0, so every barrier is reached by every thread:
                 then settles empty rows, rows holding +inf and the row's filter parameters.
   phases 1-4    top-k (sampled rows with 0 < k < V and k <= the finite count; a larger k keeps every
                 finite entry): radix select of the k-th largest s over an order-preserving uint32
-                image of s, 8 bits a pass, counting entries in a shared-memory histogram (integer
-                atomics: exact in any order).
+                image of s, 8 bits a pass, counting entries in shared-memory histograms (integer
+                atomics: exact in any order; one histogram per lane, summed after the pass).
   phases 5-8    top-p (sampled rows with top_p < 1 and P20 > 0; P20 = 0 keeps w >= 1 without a
                 pass): radix select over the bits of w (non-negative floats order like their bits)
-                with int64 q-mass histograms; phase 5 also sums Q. After each radix pass thread 0
-                scans the 256 bins from the top.
+                with int64 q-mass histograms; phase 5 also sums Q. After each radix pass the first
+                256 threads take a bin each (from the top) and scan them; the thread whose bin holds
+                the target extends the prefix.
   phase 9       the race among kept entries (sampled rows) and the sum of w over finite entries
                 (the logprob's normaliser); thread 0 writes the outputs.
 Greedy rows run phases 0 and 9 only. Block reductions: shuffle butterflies per warp, then the
 per-warp results from shared memory folded in warp order by thread 0.
 
-Speed is unmeasured (no GPU has run this kernel yet). A sampled row with top-k and top-p reads its
-row 10 times and thread 0 scans 8 histograms serially, so batch 128 x vocab 129280 is expected to
-miss the design's 50 us; the next steps are fewer passes (11-bit digits; a first pass that bounds
-the candidates so later passes skip most of the row) and a warp-parallel bin scan.
+Speed (H200, see PERF.md): every pass streams the whole row from one block, so a row costs about
+ten reads of it at one SM's share of the memory system; the next steps are fewer passes (a pass
+that compacts the few entries left after top-k into shared memory) and the vocabulary split of
+fused_sample for small batches.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -64,11 +65,19 @@ _WARP = 32
 _WARPS = _THREADS // _WARP
 # Shuffle rounds of a butterfly over one warp: log2(_WARP).
 _SHUFFLES = 5
-# Vectors a thread loads before using any.
+# Vectors a thread loads before using any (4 spill on sm_100a at 128 registers).
 _UNROLL = 2
 # Radix select: 4 digits of 8 bits, most significant first.
 _DIGIT_BITS = 8
 _BINS = 1 << _DIGIT_BITS
+# One histogram per lane: logits crowd a few leading digits (sign and exponent), and one shared copy
+# serialised a warp's 32 same-bin atomics (1.6 ms a row on the H200). Lane l adds to replica l, so the
+# lanes of a warp never meet on an address; one padding bin shifts each replica by a bank, so they
+# do not meet on a bank either.
+_REPLICAS = _WARP
+_REP_STRIDE = _BINS + 1
+# Warps that scan the bins, one bin a thread.
+_SCAN_WARPS = _BINS // _WARP
 _DIGITS = 32 // _DIGIT_BITS
 _PHASE_MAX = 0
 _PHASE_TOP_K = 1
@@ -78,8 +87,10 @@ _PHASES = _PHASE_RACE + 1
 # Row modes decided after phase 0.
 _DONE, _GREEDY, _SAMPLED = 0, 1, 2
 # Slots of the shared int64 state thread 0 writes and every thread reads after a barrier.
-_ST_MODE, _ST_BEST, _ST_TOP_K_ON, _ST_TOP_P_ON, _ST_PREFIX, _ST_MASK, _ST_REMAIN, _ST_P20, _ST_TARGET = range(9)
-_ST_SLOTS = 9
+# _ST_REMAIN_IN is _ST_REMAIN as a radix pass found it: the bin scan reads it while the bin's
+# thread writes the next _ST_REMAIN.
+_ST_MODE, _ST_BEST, _ST_TOP_K_ON, _ST_TOP_P_ON, _ST_PREFIX, _ST_MASK, _ST_REMAIN, _ST_P20, _ST_TARGET, _ST_REMAIN_IN = range(10)
+_ST_SLOTS = 10
 # Slots of the shared float32 state: the row max of s and the three keep thresholds.
 _SF_MAX, _SF_TAU_K, _SF_TAU_P, _SF_MIN_P = range(4)
 _SF_SLOTS = 4
@@ -108,7 +119,7 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
 
     @T.macro
-    def visit(val, v, phase, sampled, t, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist):
+    def visit(val, v, phase, sampled, t, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, replica):
         """Folds entry v (value val) into this thread's part of the phase's work; ids arrive in
         ascending order, so only a strictly larger key replaces an earlier best."""
         x32 = T.cast(val, "float32")
@@ -127,7 +138,7 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 bits[0] = _ordered(s[0])
                 if (bits[0] & mask) == prefix:
                     digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                    T.atomic_add(hist[digit[0]], T.int64(1))
+                    T.atomic_add(hist[replica + digit[0]], T.int64(1))
             else:
                 w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
                 if phase == _PHASE_RACE:
@@ -144,7 +155,7 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     bits[0] = T.reinterpret("uint32", w[0])
                     if q > T.int64(0) and (bits[0] & mask) == prefix:
                         digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                        T.atomic_add(hist[digit[0]], q)
+                        T.atomic_add(hist[replica + digit[0]], q)
 
     @T.macro
     def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf):
@@ -192,36 +203,31 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             st[_ST_MODE] = T.int64(_GREEDY)
 
     @T.macro
-    def scan_top_k(shift, hist, st):
-        """Thread 0: the bin holding the k-th largest (st[_ST_REMAIN] counts down within the prefix)."""
-        above = T.alloc_local((1,), "int64")
-        found = T.alloc_local((1,), "int32")
-        above[0] = T.int64(0)
-        found[0] = 0
-        for b in T.serial(_BINS):
-            if found[0] == 0:
-                if above[0] + hist[_BINS - 1 - b] >= st[_ST_REMAIN]:
-                    found[0] = 1
-                    st[_ST_PREFIX] = st[_ST_PREFIX] | (T.int64(_BINS - 1 - b) << T.cast(shift, "int64"))
-                    st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
-                    st[_ST_REMAIN] = st[_ST_REMAIN] - above[0]
-                else:
-                    above[0] += hist[_BINS - 1 - b]
-
-    @T.macro
-    def scan_top_p(shift, hist, st):
-        """Thread 0: the highest bin whose mass, with all mass above it (st[_ST_REMAIN]), reaches
-        the target; a positive target makes that bin's own mass positive, so the bin holds a w."""
-        found = T.alloc_local((1,), "int32")
-        found[0] = 0
-        for b in T.serial(_BINS):
-            if found[0] == 0:
-                if (st[_ST_REMAIN] + hist[_BINS - 1 - b]) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET]:
-                    found[0] = 1
-                    st[_ST_PREFIX] = st[_ST_PREFIX] | (T.int64(_BINS - 1 - b) << T.cast(shift, "int64"))
-                    st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
-                else:
-                    st[_ST_REMAIN] = st[_ST_REMAIN] + hist[_BINS - 1 - b]
+    def pick_bin(tx, phase, shift, incl, count, st, sf):
+        """The thread of the bin holding the radix select's target (exactly one: the scan is of
+        integer counts and masses) extends the prefix and settles the pass. incl: the count or mass
+        of this bin and all above it; count: this bin's own."""
+        b = T.cast(_BINS - 1 - tx, "int64")
+        above = incl - count
+        remain = st[_ST_REMAIN_IN]
+        if phase < _PHASE_TOP_P:
+            # Top-k: the bin where the entries above stop short of the remaining rank and the bin reaches it.
+            if above < remain and remain <= incl:
+                st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
+                st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+                st[_ST_REMAIN] = remain - above
+                if phase == _PHASE_TOP_P - 1:
+                    sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
+                    st[_ST_PREFIX] = T.int64(0)
+                    st[_ST_MASK] = T.int64(0)
+        elif (remain + incl) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET] and (remain + above) * T.int64(1 << MASS_BITS) < st[_ST_TARGET]:
+            # Top-p: the highest bin whose mass, with all mass above it, reaches the target; a
+            # positive target makes that bin's own mass positive, so the bin holds a w.
+            st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
+            st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+            st[_ST_REMAIN] = remain + above
+            if phase == _PHASE_RACE - 1:
+                sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
 
     @T.prim_func
     def sampler(
@@ -254,7 +260,10 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             other_key = T.alloc_local((1,), "float32")
             other_id = T.alloc_local((1,), "int32")
             buf = T.alloc_local((_UNROLL, vec), dtype)
-            hist = T.alloc_shared((_BINS,), "int64")
+            hist = T.alloc_shared((_REPLICAS * _REP_STRIDE,), "int64")
+            incl = T.alloc_local((1,), "int64")
+            count = T.alloc_local((1,), "int64")
+            scan_total = T.alloc_shared((_SCAN_WARPS,), "int64")
             red_key = T.alloc_shared((_WARPS,), "float32")
             red_id = T.alloc_shared((_WARPS,), "int32")
             red_acc = T.alloc_shared((_WARPS,), "int64")
@@ -291,8 +300,8 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 prefix = T.cast(st[_ST_PREFIX], "uint32")
                 mask = T.cast(st[_ST_MASK], "uint32")
                 shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
-                for i in T.serial(T.ceildiv(_BINS, _THREADS)):
-                    if i * _THREADS + tx < _BINS:
+                for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
+                    if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
                         hist[i * _THREADS + tx] = T.int64(0)
                 acc[0] = T.int64(0)
                 wsum[0] = T.float32(0)
@@ -307,12 +316,12 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     for u in T.unroll(_UNROLL):
                         if (r * _UNROLL + u) * _THREADS + tx < n_vec:
                             for e in T.unroll(vec):
-                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist)
+                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
                 if vec > 1:
                     # The V % vec entries after the last whole vector: ids above all of the loop's.
                     if active != 0 and tx < V - n_vec * vec:
                         buf[0, 0] = logits[row, n_vec * vec + tx]
-                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist)
+                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
                 for i in T.unroll(_SHUFFLES):
                     other_key[0] = T.shfl_xor(best_key[0], 1 << i)
                     other_id[0] = T.shfl_xor(best_id[0], 1 << i)
@@ -332,22 +341,10 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         wsum[0] += red_sum[j]
                     if phase == _PHASE_MAX:
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf)
-                    elif phase < _PHASE_TOP_P:
-                        if active != 0:
-                            scan_top_k(shift, hist, st)
-                            if phase == _PHASE_TOP_P - 1:
-                                sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
-                                st[_ST_PREFIX] = T.int64(0)
-                                st[_ST_MASK] = T.int64(0)
-                    elif phase < _PHASE_RACE:
-                        if active != 0:
-                            if phase == _PHASE_TOP_P:
-                                st[_ST_TARGET] = st[_ST_P20] * acc[0]
-                                st[_ST_REMAIN] = T.int64(0)
-                            scan_top_p(shift, hist, st)
-                            if phase == _PHASE_RACE - 1:
-                                sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
-                    elif active != 0:
+                    elif phase == _PHASE_TOP_P:
+                        st[_ST_TARGET] = st[_ST_P20] * acc[0]
+                        st[_ST_REMAIN] = T.int64(0)
+                    elif phase == _PHASE_RACE and active != 0:
                         empty[bx] = T.uint8(0)
                         if mode == T.int64(_SAMPLED):
                             # The winner's d, recomputed from its logit exactly as in the pass.
@@ -357,5 +354,26 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         else:
                             token[bx] = st[_ST_BEST]
                             logprob[bx] = -T.log(wsum[0])
+                    st[_ST_REMAIN_IN] = st[_ST_REMAIN]
+                # A radix pass: thread i takes bin 255 - i summed over the replicas, and an inclusive
+                # scan over the threads gives each bin the count (or mass) of itself and all above it.
+                radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
+                if radix and tx < _BINS:
+                    count[0] = T.int64(0)
+                    for r in T.unroll(_REPLICAS):
+                        count[0] += hist[r * _REP_STRIDE + _BINS - 1 - tx]
+                    incl[0] = count[0]
+                    for i in T.unroll(_SHUFFLES):
+                        other = T.shfl_up(incl[0], 1 << i)
+                        if lane >= (1 << i):
+                            incl[0] += other
+                    if lane == _WARP - 1:
+                        scan_total[warp] = incl[0]
+                T.sync_threads()
+                if radix and tx < _BINS:
+                    for j in T.unroll(_SCAN_WARPS - 1):
+                        if j < warp:
+                            incl[0] += scan_total[j]
+                    pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
 
     return sampler
