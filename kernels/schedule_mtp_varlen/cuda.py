@@ -17,14 +17,18 @@ and prefix fits int32; the part boundaries p * per_part are computed in int64.
 
 One block of 512 threads: the whole computation is three prefix sums over B <= 4096 requests and a
 few hundred searches, a few microseconds of latency at most, so a second launch or cross-block
-communication would cost more than it saves. Thread t owns the 8 consecutive requests 8t .. 8t + 7
-(all its loads in flight at once). Three fixed-order block scans (kernels/tl_scan.py: warp
-shuffles, then per-warp totals; no atomics, so the result is deterministic) give the query-token
-prefix (query_start_loc), the KV-block prefix (kept in shared memory for the searches) and, once
-per_part = ceil(total / num_sm_parts) is known, the num_splits prefix. Each thread then writes its
-requests' 1 + k tokens, and the parts are handed out one per thread: a part finds the requests of
-its first and last block by binary search over the shared block prefix (12 steps). Tokens at or
-past query_start_loc[B] are padded with -1 by a strided loop.
+communication would cost more than it saves. Thread t owns the keff = ceil(B / 512) consecutive
+requests keff * t .. keff * t + keff - 1 (one request each up to B = 512, at most 8 at B = 4096): the
+per-request work is a serial chain within its thread (two integer divisions in the split count
+alone), so spreading a small batch over the whole block keeps that chain one request long. Its
+keff <= 8 slots are unrolled with the unused ones masked (all its loads in flight at once). Three
+fixed-order block scans (kernels/tl_scan.py: warp shuffles, then per-warp totals; no atomics, so
+the result is deterministic) give the query-token prefix (query_start_loc), the KV-block prefix
+(kept in shared memory for the searches) and, once per_part = ceil(total / num_sm_parts) is known,
+the num_splits prefix. Each thread then writes its requests' 1 + k tokens, and the parts are handed
+out one per thread: a part finds the requests of its first and last block by binary search over the
+shared block prefix (12 steps). Tokens at or past query_start_loc[B] are padded with -1 by a
+strided loop.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -61,6 +65,7 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
     P = num_sm_parts
     K = _PER_THREAD
     B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+    keff = (B + (_THREADS - 1)) // _THREADS
     scan_block = block_scan_macro(_WARPS)
 
     @T.macro
@@ -111,9 +116,9 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
             for i in T.unroll(K):
                 lens[i] = 0
                 acc[i] = 0
-                if tx * K + i < B:
-                    s = T.cast(seq_lens_before[tx * K + i], "int64")
-                    a = T.max(T.min(T.cast(num_accepted[tx * K + i], "int64"), num_draft), 0)
+                if i < keff and tx * keff + i < B:
+                    s = T.cast(seq_lens_before[tx * keff + i], "int64")
+                    a = T.max(T.min(T.cast(num_accepted[tx * keff + i], "int64"), num_draft), 0)
                     if s >= 0 and s <= cap:
                         lens[i] = T.cast(s + a + (2 + num_draft), "int32")
                         acc[i] = T.cast(a, "int32")
@@ -128,8 +133,8 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
             blk_run[0] = before[0] + scan[0] - mine[0]
 
             for i in T.unroll(K):
-                b = tx * K + i
-                if b < B:
+                b = tx * keff + i
+                if i < keff and b < B:
                     new_seq_lens[b] = lens[i]
                     query_start_loc[b] = q_run[0]
                     last_hidden_rows[b] = T.if_then_else(lens[i] > 0, b * q + acc[i], -1)
@@ -157,15 +162,15 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
             # The block prefix of every request is in `starts` only after every thread wrote it.
             T.sync_threads()
             for i in T.unroll(K):
-                b = tx * K + i
-                if b < B:
+                b = tx * keff + i
+                if i < keff and b < B:
                     if starts[b + 1] > starts[b]:
                         mine[0] += (starts[b + 1] - 1) // pp - starts[b] // pp + 1
             scan_block(mine, scan, before, split_total, wt_split, warp, lane)
             split_run[0] = before[0] + scan[0] - mine[0]
             for i in T.unroll(K):
-                b = tx * K + i
-                if b < B:
+                b = tx * keff + i
+                if i < keff and b < B:
                     num_splits[b] = split_run[0]
                     if starts[b + 1] > starts[b]:
                         split_run[0] += (starts[b + 1] - 1) // pp - starts[b] // pp + 1

@@ -288,15 +288,17 @@ def test_ascend_config_lowers_and_fits_ub(config):
 # ----------------------------------------------------------------------------------------------------
 # Device: the backend's kernel against the reference, on the accelerator.
 
-# (B, k, block_size, num_sm_parts): decode batches 1 .. 4096 (the largest batch, every thread's
-# eight requests), DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block sizes, more parts
-# than threads.
+# (B, k, block_size, num_sm_parts): decode batches 1 .. 4096, so every per-thread request count
+# keff = ceil(B / 512) of the kernel: 1, 2 (513 and 1024, a partial and a full last round), 5 (2500)
+# and 8 (4096, the largest batch); DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block
+# sizes, more parts than threads.
 DEVICE_CASES = [
     (1, 1, 64, 132),
     (8, 3, 64, 132),
     (64, 1, 64, 132),
     (255, 3, 64, 132),
     (1024, 3, 64, 132),
+    (2500, 3, 64, 132),
     (4096, 1, 64, 132),
     (37, 0, 48, 600),
     (513, 2, 16, 7),
