@@ -263,8 +263,13 @@ def test_ascend_config_lowers_and_fits_ub(config):
 
 # (B, block_size, max_blocks, q_max, window): decode with 1 + MTP tokens at batch 1..1024, windows
 # 1, 128, 512, 4096 and one that is not a multiple of the 512-column tile, batches past one
-# 1024-request scan round, odd block sizes, prefill-like chunks.
+# 1024-request scan round, odd block sizes, prefill-like chunks; windows spanning several column
+# tiles with a partial last one on both sides of the block size where one block-table load per
+# lane starts to serve a warp (32: a load per column, 512-column tiles; 33: shuffled, 1024).
 DEVICE_STEPS = [
+    (16, 64, 40, 4, 1500),
+    (6, 32, 80, 2, 1100),
+    (4, 33, 80, 3, 2100),
     (1, 64, 1, 1, 1),
     (1, 64, 80, 4, 4096),
     (8, 16, 40, 2, 128),
