@@ -90,7 +90,8 @@ def _outputs(name: str, out, n: int, like: torch.Tensor, return_logprobs: bool) 
     return SamplerOutput(tokens, logprobs, empty)
 
 
-def sampler(
+def check_arguments(
+    name: str,
     logits: torch.Tensor,
     temperature: torch.Tensor,
     top_k: torch.Tensor,
@@ -98,11 +99,12 @@ def sampler(
     min_p: torch.Tensor,
     seed: torch.Tensor,
     offset: torch.Tensor,
-    *,
-    return_logprobs: bool = False,
-    out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
+    return_logprobs: bool,
+    out,
 ) -> SamplerOutput:
-    name = "sampler"
+    """Every check of the module docstring (TypeError or ValueError naming `name` and the argument,
+    before anything is written); returns the outputs to write: the caller's `out`, or fresh ones.
+    fused_sample validates with it too."""
     check_rows(name, "logits", logits, LOGITS_DTYPES)
     n, V = logits.shape
     if V == 0:
@@ -123,20 +125,49 @@ def sampler(
     result = _outputs(name, out, n, logits, return_logprobs)
     written = {"out tokens": result.tokens, "out logprobs": result.logprobs, "out empty": result.empty}
     check_no_overlap(name, written, {"logits": logits, **{arg: t for arg, (t, _) in params.items()}})
-    if n == 0:
-        return result
-    if is_host(logits):
-        tokens, logprobs, empty = ref.sampler_ref(logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs)
-        result.tokens.copy_(tokens)
-        result.empty.copy_(empty)
-        if return_logprobs:
-            result.logprobs.copy_(logprobs)
-        return result
-    tl = backend_ops(name, logits)
+    return result
+
+
+def run_reference(logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs: bool, result: SamplerOutput) -> SamplerOutput:
+    """ref.sampler_ref's outputs copied into `result` (checked arguments, CPU tensors)."""
+    tokens, logprobs, empty = ref.sampler_ref(logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs)
+    result.tokens.copy_(tokens)
+    result.empty.copy_(empty)
+    if return_logprobs:
+        result.logprobs.copy_(logprobs)
+    return result
+
+
+def launch(factory, logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs: bool, result: SamplerOutput) -> SamplerOutput:
+    """Runs factory(dtype, vec, top_k_dtype)'s kernel (the sampler's or fused_sample's: the same
+    arguments) on checked device tensors with B >= 1, writing `result`."""
+    n = logits.shape[0]
     x, row_stride = dense_rows(logits)
     dtype = LOGITS_DTYPES[logits.dtype]
-    kernel = tl.ops.sampler_tl(dtype, ref.vector_elements(dtype, row_stride, base_alignment(x)), INDEX_DTYPES[top_k.dtype])
+    kernel = factory(dtype, ref.vector_elements(dtype, row_stride, base_alignment(x)), INDEX_DTYPES[top_k.dtype])
     # The kernel always writes a logprob; when none is asked for it goes to a scratch row.
     logprobs = result.logprobs if return_logprobs else torch.empty((n,), dtype=torch.float32, device=logits.device)
     kernel(x, temperature, top_k, top_p, min_p, seed, offset, result.tokens, logprobs, result.empty.view(torch.uint8))
     return result
+
+
+def sampler(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    min_p: torch.Tensor,
+    seed: torch.Tensor,
+    offset: torch.Tensor,
+    *,
+    return_logprobs: bool = False,
+    out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
+) -> SamplerOutput:
+    name = "sampler"
+    args = (logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs)
+    result = check_arguments(name, *args, out)
+    if logits.shape[0] == 0:
+        return result
+    if is_host(logits):
+        return run_reference(*args, result)
+    return launch(backend_ops(name, logits).ops.sampler_tl, *args, result)

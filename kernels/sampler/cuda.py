@@ -111,6 +111,83 @@ def _unordered(u):
     return T.reinterpret("float32", u ^ T.if_then_else((u >> T.uint32(31)) != T.uint32(0), T.uint32(_SIGN), T.uint32(_ALL)))
 
 
+@T.macro
+def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, write):
+    """Thread 0 after phase 0, given the row's max of s (best_key, lowest id best_id) and finite count
+    acc: outputs of empty and +inf rows (when write != 0: one block of a row writes); the mode and
+    filters of others into st / sf."""
+    st[_ST_BEST] = T.cast(best_id[0], "int64")
+    st[_ST_TOP_K_ON] = T.int64(0)
+    st[_ST_TOP_P_ON] = T.int64(0)
+    st[_ST_PREFIX] = T.int64(0)
+    st[_ST_MASK] = T.int64(0)
+    sf[_SF_MAX] = best_key[0]
+    sf[_SF_TAU_K] = -T.infinity("float32")
+    sf[_SF_TAU_P] = T.float32(0)
+    sf[_SF_MIN_P] = T.float32(0)
+    if best_id[0] < 0:
+        st[_ST_MODE] = T.int64(_DONE)
+        if write != 0:
+            token[bx] = T.int64(-1)
+            logprob[bx] = T.float32(float("nan"))
+            empty[bx] = T.uint8(1)
+    elif best_key[0] == T.infinity("float32"):
+        st[_ST_MODE] = T.int64(_DONE)
+        if write != 0:
+            token[bx] = T.cast(best_id[0], "int64")
+            logprob[bx] = T.float32(0)
+            empty[bx] = T.uint8(0)
+    elif t > T.float32(0) and t < T.infinity("float32"):
+        st[_ST_MODE] = T.int64(_SAMPLED)
+        # k beyond the finite count keeps every finite entry: the same as no top-k.
+        if T.cast(top_k[bx], "int64") > T.int64(0) and T.cast(top_k[bx], "int64") < T.cast(V, "int64") and T.cast(top_k[bx], "int64") <= acc[0]:
+            st[_ST_TOP_K_ON] = T.int64(1)
+            st[_ST_REMAIN] = T.cast(top_k[bx], "int64")
+        if top_p[bx] < T.float32(1):
+            # P20: clamp(top_p, 0, 1) * 2**20 (exact), rounded half to even.
+            x = T.max(top_p[bx], T.float32(0)) * T.float32(1 << MASS_BITS)
+            whole = T.cast(x, "int64")
+            frac = x - T.cast(whole, "float32")
+            st[_ST_P20] = whole + T.if_then_else(frac > T.float32(0.5) or (frac == T.float32(0.5) and whole % T.int64(2) == T.int64(1)), T.int64(1), T.int64(0))
+            if st[_ST_P20] == T.int64(0):
+                # No mass to reach: the max and its ties.
+                sf[_SF_TAU_P] = T.float32(1)
+            else:
+                st[_ST_TOP_P_ON] = T.int64(1)
+        # False for NaN: a disabled min_p keeps every w >= 0.
+        if min_p[bx] > T.float32(0):
+            sf[_SF_MIN_P] = T.min(min_p[bx], T.float32(1))
+    else:
+        st[_ST_MODE] = T.int64(_GREEDY)
+
+@T.macro
+def pick_bin(tx, phase, shift, incl, count, st, sf):
+    """The thread of the bin holding the radix select's target (exactly one: the scan is of
+    integer counts and masses) extends the prefix and settles the pass. incl: the count or mass
+    of this bin and all above it; count: this bin's own."""
+    b = T.cast(_BINS - 1 - tx, "int64")
+    above = incl - count
+    remain = st[_ST_REMAIN_IN]
+    if phase < _PHASE_TOP_P:
+        # Top-k: the bin where the entries above stop short of the remaining rank and the bin reaches it.
+        if above < remain and remain <= incl:
+            st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
+            st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+            st[_ST_REMAIN] = remain - above
+            if phase == _PHASE_TOP_P - 1:
+                sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
+                st[_ST_PREFIX] = T.int64(0)
+                st[_ST_MASK] = T.int64(0)
+    elif (remain + incl) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET] and (remain + above) * T.int64(1 << MASS_BITS) < st[_ST_TARGET]:
+        # Top-p: the highest bin whose mass, with all mass above it, reaches the target; a
+        # positive target makes that bin's own mass positive, so the bin holds a w.
+        st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
+        st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
+        st[_ST_REMAIN] = remain + above
+        if phase == _PHASE_RACE - 1:
+            sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
+
+
 @tilelang.jit(pass_configs=PASS_CONFIGS)
 def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
@@ -156,78 +233,6 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     if q > T.int64(0) and (bits[0] & mask) == prefix:
                         digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
                         T.atomic_add(hist[replica + digit[0]], q)
-
-    @T.macro
-    def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf):
-        """Thread 0 after phase 0: outputs of empty and +inf rows; the mode and filters of others."""
-        st[_ST_BEST] = T.cast(best_id[0], "int64")
-        st[_ST_TOP_K_ON] = T.int64(0)
-        st[_ST_TOP_P_ON] = T.int64(0)
-        st[_ST_PREFIX] = T.int64(0)
-        st[_ST_MASK] = T.int64(0)
-        sf[_SF_MAX] = best_key[0]
-        sf[_SF_TAU_K] = -T.infinity("float32")
-        sf[_SF_TAU_P] = T.float32(0)
-        sf[_SF_MIN_P] = T.float32(0)
-        if best_id[0] < 0:
-            st[_ST_MODE] = T.int64(_DONE)
-            token[bx] = T.int64(-1)
-            logprob[bx] = T.float32(float("nan"))
-            empty[bx] = T.uint8(1)
-        elif best_key[0] == T.infinity("float32"):
-            st[_ST_MODE] = T.int64(_DONE)
-            token[bx] = T.cast(best_id[0], "int64")
-            logprob[bx] = T.float32(0)
-            empty[bx] = T.uint8(0)
-        elif t > T.float32(0) and t < T.infinity("float32"):
-            st[_ST_MODE] = T.int64(_SAMPLED)
-            # k beyond the finite count keeps every finite entry: the same as no top-k.
-            if T.cast(top_k[bx], "int64") > T.int64(0) and T.cast(top_k[bx], "int64") < T.cast(V, "int64") and T.cast(top_k[bx], "int64") <= acc[0]:
-                st[_ST_TOP_K_ON] = T.int64(1)
-                st[_ST_REMAIN] = T.cast(top_k[bx], "int64")
-            if top_p[bx] < T.float32(1):
-                # P20: clamp(top_p, 0, 1) * 2**20 (exact), rounded half to even.
-                x = T.max(top_p[bx], T.float32(0)) * T.float32(1 << MASS_BITS)
-                whole = T.cast(x, "int64")
-                frac = x - T.cast(whole, "float32")
-                st[_ST_P20] = whole + T.if_then_else(frac > T.float32(0.5) or (frac == T.float32(0.5) and whole % T.int64(2) == T.int64(1)), T.int64(1), T.int64(0))
-                if st[_ST_P20] == T.int64(0):
-                    # No mass to reach: the max and its ties.
-                    sf[_SF_TAU_P] = T.float32(1)
-                else:
-                    st[_ST_TOP_P_ON] = T.int64(1)
-            # False for NaN: a disabled min_p keeps every w >= 0.
-            if min_p[bx] > T.float32(0):
-                sf[_SF_MIN_P] = T.min(min_p[bx], T.float32(1))
-        else:
-            st[_ST_MODE] = T.int64(_GREEDY)
-
-    @T.macro
-    def pick_bin(tx, phase, shift, incl, count, st, sf):
-        """The thread of the bin holding the radix select's target (exactly one: the scan is of
-        integer counts and masses) extends the prefix and settles the pass. incl: the count or mass
-        of this bin and all above it; count: this bin's own."""
-        b = T.cast(_BINS - 1 - tx, "int64")
-        above = incl - count
-        remain = st[_ST_REMAIN_IN]
-        if phase < _PHASE_TOP_P:
-            # Top-k: the bin where the entries above stop short of the remaining rank and the bin reaches it.
-            if above < remain and remain <= incl:
-                st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
-                st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
-                st[_ST_REMAIN] = remain - above
-                if phase == _PHASE_TOP_P - 1:
-                    sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
-                    st[_ST_PREFIX] = T.int64(0)
-                    st[_ST_MASK] = T.int64(0)
-        elif (remain + incl) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET] and (remain + above) * T.int64(1 << MASS_BITS) < st[_ST_TARGET]:
-            # Top-p: the highest bin whose mass, with all mass above it, reaches the target; a
-            # positive target makes that bin's own mass positive, so the bin holds a w.
-            st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
-            st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
-            st[_ST_REMAIN] = remain + above
-            if phase == _PHASE_RACE - 1:
-                sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
 
     @T.prim_func
     def sampler(
@@ -340,7 +345,7 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         acc[0] += red_acc[j]
                         wsum[0] += red_sum[j]
                     if phase == _PHASE_MAX:
-                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf)
+                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, 1)
                     elif phase == _PHASE_TOP_P:
                         st[_ST_TARGET] = st[_ST_P20] * acc[0]
                         st[_ST_REMAIN] = T.int64(0)

@@ -19,10 +19,17 @@ import torch
 
 from kernels.random_sampling import ref as noise_ref
 from kernels.sampler import api, ref
+from kernels.sampler.sampler_testlib import (
+    I64,
+    INF,
+    assert_device_matches_ref,
+    bad_inputs,
+    counters,
+    device_logits,
+    mixed_params,
+    poisoned_out,
+)
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, chi2_critical, poisoned
-
-I64 = torch.int64
-INF = math.inf
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -32,12 +39,6 @@ INF = math.inf
 def f32(x: float) -> float:
     """x rounded to float32 (a float64 result of +, -, * or / on float32 values rounds correctly)."""
     return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def counters(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(seed, offset) (n,) int64 drawn over the whole int64 range."""
-    lo, hi = -(2**63), 2**63 - 1
-    return torch.randint(lo, hi, (n,), dtype=I64), torch.randint(lo, hi, (n,), dtype=I64)
 
 
 def oracle_row(l_row: torch.Tensor, t: float, k: int, p: float, mp: float, seed: int, offset: int):
@@ -109,17 +110,6 @@ def assert_matches_oracle(logits, temperature, top_k, top_p, min_p, seed, offset
 
 def run_ref(logits, temperature, top_k, top_p, min_p, seed, offset):
     return ref.sampler_ref(logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs=True)
-
-
-def mixed_params(B: int, V: int, device="cpu"):
-    """Per-row parameters mixing greedy rows, disabled and extreme filters."""
-    temps = torch.tensor([0.7, 1.0, 0.0, 1.3, -1.0, 0.3, math.nan, math.inf, 1e-3, 2.0])
-    ks = torch.tensor([50, 0, 1, 5, -3, V, V + 7, 2, 20, V - 1])
-    ps = torch.tensor([0.9, 1.0, 0.5, 0.0, math.nan, 1e-9, 0.99, 1.5, 0.75, 0.3])
-    mps = torch.tensor([0.0, 0.05, 0.0, 0.5, math.nan, -1.0, 0.0, 2.0, 0.01, 0.1])
-    pick = [torch.randint(0, 10, (B,)) for _ in range(4)]
-    seed, offset = counters(B)
-    return tuple(t.to(device) for t in (temps[pick[0]], ks[pick[1]], ps[pick[2]], mps[pick[3]], seed, offset))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -427,11 +417,6 @@ def test_kernel_threshold_searches_equal_the_contract(V):
 # Reference suite: the interface on CPU.
 
 
-def _poisoned_out(B: int, device, logprobs: bool = True):
-    empty = torch.ones(B, dtype=torch.bool, device=device)
-    return (poisoned((B,), I64, device), poisoned((B,), torch.float32, device) if logprobs else None, empty)
-
-
 @pytest.mark.ref
 def test_cpu_interface_writes_out():
     B, V = 10, 77
@@ -440,7 +425,7 @@ def test_cpu_interface_writes_out():
     params = mixed_params(B, V)
     params[1][0] = 3
     expected = run_ref(logits, *params)
-    out = _poisoned_out(B, "cpu")
+    out = poisoned_out(B, "cpu")
     got = api.sampler(logits, *params, return_logprobs=True, out=out)
     assert isinstance(got, api.SamplerOutput) and got.tokens is out[0] and got.logprobs is out[1] and got.empty is out[2]
     assert_bitwise_equal(got.tokens, expected[0])
@@ -457,56 +442,12 @@ def test_empty_batch_launches_nothing(no_kernel_launches):
     zi = torch.zeros(0, dtype=I64)
     got = api.sampler(torch.zeros(0, 5), z, zi, z, z, zi, zi, return_logprobs=True)
     assert got.tokens.shape == got.logprobs.shape == got.empty.shape == (0,)
-    out = _poisoned_out(0, "cpu", logprobs=False)
+    out = poisoned_out(0, "cpu", logprobs=False)
     assert api.sampler(torch.zeros(0, 5, dtype=torch.bfloat16), z, zi, z, z, zi, zi, out=out).tokens is out[0]
 
 
-def _bad_inputs():
-    B, V = 3, 16
-
-    def case(name, error, message, return_logprobs=True, **kw):
-        args = dict(
-            logits=torch.randn(B, V),
-            temperature=torch.ones(B),
-            top_k=torch.zeros(B, dtype=I64),
-            top_p=torch.ones(B),
-            min_p=torch.zeros(B),
-            seed=torch.zeros(B, dtype=I64),
-            offset=torch.ones(B, dtype=I64),
-            return_logprobs=return_logprobs,
-            out=_poisoned_out(B, "cpu"),
-        )
-        args.update(kw)
-        return (name, args, error, message)
-
-    return [
-        case("logits-fp16", TypeError, "logits has dtype torch.float16", logits=torch.randn(B, V).half()),
-        case("logits-1d", ValueError, "logits must be 2-D", logits=torch.randn(V)),
-        case("logits-v0", ValueError, "logits has V = 0 columns", logits=torch.randn(B, 0)),
-        case("logits-v-huge", ValueError, "at most 8388607", logits=torch.empty(B, 2**23, dtype=torch.bfloat16)),
-        case("logits-col-strided", ValueError, "logits's last dimension must be contiguous", logits=torch.randn(B, 2 * V)[:, ::2]),
-        case("logits-list", TypeError, "logits must be a torch.Tensor", logits=[[0.5]]),
-        case("temperature-f64", TypeError, "temperature has dtype torch.float64", temperature=torch.ones(B, dtype=torch.float64)),
-        case("temperature-short", ValueError, "temperature must have shape (3,)", temperature=torch.ones(B - 1)),
-        case("temperature-scalar", TypeError, "temperature must be a torch.Tensor", temperature=0.7),
-        case("top_k-float", TypeError, "top_k has dtype torch.float32", top_k=torch.zeros(B)),
-        case("top_k-meta", ValueError, "top_k is on meta", top_k=torch.zeros(B, dtype=I64, device="meta")),
-        case("top_p-int", TypeError, "top_p has dtype torch.int64", top_p=torch.ones(B, dtype=I64)),
-        case("top_p-strided", ValueError, "top_p must be contiguous", top_p=torch.ones(2 * B)[::2]),
-        case("min_p-2d", ValueError, "min_p must have shape (3,)", min_p=torch.zeros(B, 1)),
-        case("seed-int32", TypeError, "seed has dtype torch.int32", seed=torch.zeros(B, dtype=torch.int32)),
-        case("offset-long", ValueError, "offset must have shape (3,)", offset=torch.zeros(B + 1, dtype=I64)),
-        case("flag-int", TypeError, "return_logprobs must be a bool", return_logprobs=1),
-        case("out-list", TypeError, "out must be a (tokens, logprobs, empty) tuple", out=[poisoned((B,), I64, "cpu")]),
-        case("out-tokens-int32", ValueError, "out tokens must be (3,) torch.int64", out=(poisoned((B,), torch.int32, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
-        case("out-logprobs-short", ValueError, "out logprobs must be (3,) torch.float32", out=(poisoned((B,), I64, "cpu"), poisoned((B - 1,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
-        case("out-empty-uint8", ValueError, "out empty must be (3,) torch.bool", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.uint8))),
-        case("out-logprobs-unasked", ValueError, "out logprobs must be a tensor exactly when return_logprobs", return_logprobs=False),
-    ]
-
-
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
+@pytest.mark.parametrize("case", bad_inputs(), ids=lambda c: c[0])
 def test_bad_input_raises_and_writes_nothing(case):
     _, kwargs, error, message = case
     out = kwargs["out"]
@@ -592,45 +533,20 @@ def test_ascend_config_lowers_and_fits_ub(config):
 DEVICE_SHAPES = [(1, 1), (3, 7), (33, 1000), (1, 129280), (64, 129280), (8, 151936), (130, 151936), (130, 1000)]
 
 
-def _device_logits(B, V, device, dtype, layout):
-    """logits with NaN / -inf sprinkled in, an empty row, a +inf row and a tied row; layout "dense",
-    "strided" (row stride V + 8) or "misaligned" (base one element off: element-wide loads)."""
-    pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
-    start = 1 if layout == "misaligned" else 0
-    base = torch.randn(B, V + pad + start) * 4
-    base[torch.rand_like(base) < 0.01] = math.nan
-    base[torch.rand_like(base) < 0.01] = -INF
-    if B > 2:
-        base[1] = -INF
-        base[2, start + V // 2] = INF
-    if B > 5:
-        base[5, start : start + V] = 1.5
-    return base.to(dtype).to(device)[:, start : start + V]
-
-
-def _assert_device_matches_ref(got, logits, params):
-    tokens, logprobs, empty = ref.sampler_ref(logits, *params, return_logprobs=True)
-    assert_bitwise_equal(got.tokens, tokens, what="tokens")
-    assert_bitwise_equal(got.empty, empty, what="empty")
-    if got.logprobs is not None:
-        # The normalising float32 sum is the one value whose order is the backend's.
-        assert torch.allclose(got.logprobs, logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs"
-
-
 @pytest.mark.device
 @pytest.mark.parametrize("layout", ["dense", "strided", "misaligned"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", DEVICE_SHAPES, ids=lambda s: "B{}-V{}".format(*s))
 def test_device_matches_ref(device, shape, dtype, layout):
     B, V = shape
-    logits = _device_logits(B, V, device, dtype, layout)
+    logits = device_logits(B, V, device, dtype, layout)
     params = mixed_params(B, V, device)
-    out = _poisoned_out(B, device)
+    out = poisoned_out(B, device)
     got = api.sampler(logits, *params, return_logprobs=True, out=out)
     assert got.tokens is out[0]
-    _assert_device_matches_ref(got, logits, params)
+    assert_device_matches_ref(got, logits, params)
     k32 = (params[0], params[1].to(torch.int32), *params[2:])
-    _assert_device_matches_ref(api.sampler(logits, *k32), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *k32), logits, params)
 
 
 @pytest.mark.device
@@ -643,9 +559,9 @@ def test_device_decode_settings_match_ref(device, dtype):
     seed, offset = (t.to(device) for t in counters(B))
     full = lambda x: torch.full((B,), x, device=device)  # noqa: E731
     params = (full(0.7), full(50).to(I64), full(0.9), full(0.0), seed, offset)
-    _assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
     params = (full(1.0), torch.randint(1, V, (B,), device=device), torch.rand(B, device=device), torch.rand(B, device=device) * 0.2, seed, offset)
-    _assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
 
 
 @pytest.mark.device
@@ -675,7 +591,7 @@ def test_device_cuda_graph_replay(device, backend):
     B, V = 32, 129280
     logits = torch.zeros(B, V, dtype=torch.bfloat16, device=device)
     params = tuple(torch.zeros_like(p) for p in mixed_params(B, V, device))
-    out = _poisoned_out(B, device)
+    out = poisoned_out(B, device)
 
     def call():
         api.sampler(logits, *params, return_logprobs=True, out=out)
@@ -692,4 +608,4 @@ def test_device_cuda_graph_replay(device, backend):
         out[1].fill_(math.nan)
         out[2].fill_(True)
         graph.replay()
-        _assert_device_matches_ref(api.SamplerOutput(*out), logits, params)
+        assert_device_matches_ref(api.SamplerOutput(*out), logits, params)

@@ -21,7 +21,7 @@ def _suite_test(name, test_file, suite, deps, size, tags = [], extra_args = []):
         tags = tags,
     )
 
-def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [], backend_deps = [], api_deps = []):
+def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [], backend_deps = [], api_deps = [], test_deps = []):
     """Declares the targets of kernels/<name>/.
 
     Args:
@@ -31,6 +31,7 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [
       ref_deps: other packages' libraries the reference uses (e.g. //kernels/quant:formats).
       backend_deps: other packages' libraries cuda.py and asc.py use (shared TileLang helpers).
       api_deps: other packages' libraries the interface uses.
+      test_deps: libraries <name>_test.py imports besides the package's own (shared test helpers).
     """
     native.package(default_visibility = ["//visibility:public"])
     torch = requirement("torch")
@@ -45,7 +46,7 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [
     py_library(name = "api", srcs = ["api.py"], imports = [_ROOT], deps = [":init", ":ref", "//kernels:interface", torch] + api_deps)
 
     test_file = name + "_test.py"
-    common = ["//platform:ops", "//testing", requirement("pytest")]
+    common = ["//platform:ops", "//testing", requirement("pytest")] + test_deps
     _suite_test(name + "_test_ref", test_file, "ref", [":api", ":ref"] + common, "small")
     _suite_test(name + "_codegen_cuda", test_file, "codegen_cuda", [":cuda", "//testing:codegen"] + common, codegen_size)
     _suite_test(name + "_codegen_ascend", test_file, "codegen_ascend", [":asc", "//testing:codegen"] + common, codegen_size)

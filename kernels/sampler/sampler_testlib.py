@@ -1,0 +1,116 @@
+"""Test inputs and checks shared by sampler_test.py and kernels/fused_sample/fused_sample_test.py
+(the two kernels have one contract, kernels/sampler/ref.py, and one interface signature).
+
+Every draw uses torch's global RNG, which the test plugin seeds per test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernels.sampler import ref
+from testing.numeric import assert_bitwise_equal, poisoned
+
+I64 = torch.int64
+INF = math.inf
+
+
+def counters(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(seed, offset) (n,) int64 drawn over the whole int64 range."""
+    lo, hi = -(2**63), 2**63 - 1
+    return torch.randint(lo, hi, (n,), dtype=I64), torch.randint(lo, hi, (n,), dtype=I64)
+
+
+def mixed_params(B: int, V: int, device="cpu"):
+    """(temperature, top_k, top_p, min_p, seed, offset) per row, mixing greedy rows, disabled and
+    extreme filters."""
+    temps = torch.tensor([0.7, 1.0, 0.0, 1.3, -1.0, 0.3, math.nan, math.inf, 1e-3, 2.0])
+    ks = torch.tensor([50, 0, 1, 5, -3, V, V + 7, 2, 20, V - 1])
+    ps = torch.tensor([0.9, 1.0, 0.5, 0.0, math.nan, 1e-9, 0.99, 1.5, 0.75, 0.3])
+    mps = torch.tensor([0.0, 0.05, 0.0, 0.5, math.nan, -1.0, 0.0, 2.0, 0.01, 0.1])
+    pick = [torch.randint(0, 10, (B,)) for _ in range(4)]
+    seed, offset = counters(B)
+    return tuple(t.to(device) for t in (temps[pick[0]], ks[pick[1]], ps[pick[2]], mps[pick[3]], seed, offset))
+
+
+def poisoned_out(B: int, device, logprobs: bool = True):
+    """(tokens, logprobs or None, empty) outputs holding values no correct call leaves: int64 minimum
+    tokens, NaN logprobs, True empty flags."""
+    empty = torch.ones(B, dtype=torch.bool, device=device)
+    return (poisoned((B,), I64, device), poisoned((B,), torch.float32, device) if logprobs else None, empty)
+
+
+def bad_inputs():
+    """(case id, keyword arguments, error type, message) of calls the interface must reject before
+    writing anything; every call passes poisoned CPU outputs."""
+    B, V = 3, 16
+
+    def case(name, error, message, return_logprobs=True, **kw):
+        args = dict(
+            logits=torch.randn(B, V),
+            temperature=torch.ones(B),
+            top_k=torch.zeros(B, dtype=I64),
+            top_p=torch.ones(B),
+            min_p=torch.zeros(B),
+            seed=torch.zeros(B, dtype=I64),
+            offset=torch.ones(B, dtype=I64),
+            return_logprobs=return_logprobs,
+            out=poisoned_out(B, "cpu"),
+        )
+        args.update(kw)
+        return (name, args, error, message)
+
+    return [
+        case("logits-fp16", TypeError, "logits has dtype torch.float16", logits=torch.randn(B, V).half()),
+        case("logits-1d", ValueError, "logits must be 2-D", logits=torch.randn(V)),
+        case("logits-v0", ValueError, "logits has V = 0 columns", logits=torch.randn(B, 0)),
+        case("logits-v-huge", ValueError, "at most 8388607", logits=torch.empty(B, 2**23, dtype=torch.bfloat16)),
+        case("logits-col-strided", ValueError, "logits's last dimension must be contiguous", logits=torch.randn(B, 2 * V)[:, ::2]),
+        case("logits-list", TypeError, "logits must be a torch.Tensor", logits=[[0.5]]),
+        case("temperature-f64", TypeError, "temperature has dtype torch.float64", temperature=torch.ones(B, dtype=torch.float64)),
+        case("temperature-short", ValueError, "temperature must have shape (3,)", temperature=torch.ones(B - 1)),
+        case("temperature-scalar", TypeError, "temperature must be a torch.Tensor", temperature=0.7),
+        case("top_k-float", TypeError, "top_k has dtype torch.float32", top_k=torch.zeros(B)),
+        case("top_k-meta", ValueError, "top_k is on meta", top_k=torch.zeros(B, dtype=I64, device="meta")),
+        case("top_p-int", TypeError, "top_p has dtype torch.int64", top_p=torch.ones(B, dtype=I64)),
+        case("top_p-strided", ValueError, "top_p must be contiguous", top_p=torch.ones(2 * B)[::2]),
+        case("min_p-2d", ValueError, "min_p must have shape (3,)", min_p=torch.zeros(B, 1)),
+        case("seed-int32", TypeError, "seed has dtype torch.int32", seed=torch.zeros(B, dtype=torch.int32)),
+        case("offset-long", ValueError, "offset must have shape (3,)", offset=torch.zeros(B + 1, dtype=I64)),
+        case("flag-int", TypeError, "return_logprobs must be a bool", return_logprobs=1),
+        case("out-list", TypeError, "out must be a (tokens, logprobs, empty) tuple", out=[poisoned((B,), I64, "cpu")]),
+        case("out-tokens-int32", ValueError, "out tokens must be (3,) torch.int64", out=(poisoned((B,), torch.int32, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
+        case("out-logprobs-short", ValueError, "out logprobs must be (3,) torch.float32", out=(poisoned((B,), I64, "cpu"), poisoned((B - 1,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
+        case("out-empty-uint8", ValueError, "out empty must be (3,) torch.bool", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.uint8))),
+        case("out-logprobs-unasked", ValueError, "out logprobs must be a tensor exactly when return_logprobs", return_logprobs=False),
+    ]
+
+
+def device_logits(B, V, device, dtype, layout):
+    """(B, V) logits with NaN / -inf sprinkled in, an empty row (1), a +inf row (2) and an all-equal
+    row (5); layout "dense", "strided" (row stride V + 8) or "misaligned" (base one element off:
+    element-wide loads)."""
+    pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
+    start = 1 if layout == "misaligned" else 0
+    base = torch.randn(B, V + pad + start) * 4
+    base[torch.rand_like(base) < 0.01] = math.nan
+    base[torch.rand_like(base) < 0.01] = -INF
+    if B > 2:
+        base[1] = -INF
+        base[2, start + V // 2] = INF
+    if B > 5:
+        base[5, start : start + V] = 1.5
+    return base.to(dtype).to(device)[:, start : start + V]
+
+
+def assert_device_matches_ref(got, logits, params):
+    """A SamplerOutput equals ref.sampler_ref run on the same tensors: tokens and empty flags bit for
+    bit, logprobs (when present) within float32 rounding of the normaliser."""
+    tokens, logprobs, empty = ref.sampler_ref(logits, *params, return_logprobs=True)
+    assert_bitwise_equal(got.tokens, tokens, what="tokens")
+    assert_bitwise_equal(got.empty, empty, what="empty")
+    if got.logprobs is not None:
+        # The normalising float32 sum is the one value whose order is the backend's.
+        assert torch.allclose(got.logprobs, logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs"
