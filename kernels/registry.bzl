@@ -6,6 +6,7 @@ Kept as a plain list literal: tilelang_ops reads it directly when it runs outsid
 KERNELS = [
     "candidate_blocks",
     "dflash",
+    "fused_sample",
     "gather",
     "get_kv_index",
     "load_paged_kv_cache",

@@ -1,0 +1,357 @@
+"""NVIDIA TileLang implementation of `fused_sample`: the sampler's filters and race with each row split
+over a cluster of thread blocks that hold it in shared memory.
+
+    k = fused_sample_tl(dtype, vec, top_k_dtype)
+    k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty)
+
+Arguments are those of kernels/sampler/cuda.py's sampler_tl (same shapes, dtypes, strides and
+alignment rules), with 1 <= V <= MAX_V (kernels/fused_sample/ref.py): the interface sends larger
+vocabularies to the sampler's kernel.
+
+Semantics are `kernels.sampler.ref` (the contract), token for token, as the sampler's kernel: the same
+s = l / t (IEEE division, fast math off), integer masses, thresholds and race keys, and argmaxes
+that break ties to the lowest id (a total order, so neither the split nor the reduction order can
+change a token). Only the logprob's float32 normaliser has this kernel's own fixed order (block
+sums in id order, then the blocks in rank order), so logprobs may differ from the sampler's in the
+last bits.
+
+Why a cluster: the sampler's one block per row reads its row ten times through one SM; here a
+cluster of _CLUSTER blocks (Hopper thread-block clusters: co-scheduled, with a hardware barrier and
+access to each other's shared memory) splits the row into _CLUSTER chunks of at most _CHUNK
+entries. Each block reads its chunk from global memory once, keeps s in shared memory, and runs every
+later pass there. After each pass the blocks publish their partial results (histogram bins, counts,
+best entry, sums) into every peer's shared memory and meet at the cluster barrier; every block then
+folds the same _CLUSTER records in rank order and takes the same decision, so no block waits for a
+leader. One launch: grid B * _CLUSTER, clusters of _CLUSTER; no global atomics, no workspace.
+
+Phases (each ends with the exchange and the cluster barrier, reached by every block of the cluster
+whatever the row's mode):
+  phase 0       load: s for the chunk into shared memory (NaN and -inf stored as -inf); max of s with
+                the lowest id, and the finite count. Thread 0 of every block then settles the row
+                (decide_max of the sampler; rank 0 writes the outputs of empty and +inf rows).
+  phases 1-4    top-k radix select over the order-preserving image of s, 8 bits a pass (per-lane
+                uint32 histograms: a block's bin holds at most _CHUNK counts).
+  phases 5-8    top-p radix select over the bits of w = expf(s - m) with q-mass histograms (a lane
+                replica holds at most _CHUNK / _REPLICAS * 2**20 < 2**32; block and cluster sums are
+                int64); phase 5 also sums Q.
+  phase 9       the race among kept entries and the sum of w (the logprob's normaliser); rank 0
+                writes the outputs.
+
+The histograms are static shared memory (33 KiB) apart from the dynamic pool (s, the records): the
+barrier planner treats the dynamic pool as one buffer, and would otherwise put a barrier between
+every read of s and every histogram atomic. A block takes about 155 KiB of shared memory, so an SM
+runs one block, and a GPU one cluster per 8 SMs.
+
+Speed and device behaviour are unverified: no GPU has run this kernel yet (it was written after the
+session's device time was spent). The design's bars are batch 1 <= 25 us and batch 128 <= 50 us
+for vocab 129280 with top-k and top-p on an H200; the first device run must also confirm that
+TileLang's launcher passes the cluster dimensions (without them every block is a cluster of one,
+and its stores to peer ranks are undefined behaviour).
+"""
+
+# No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
+# the factory's arguments, and string annotations would lose them.
+import tilelang
+import tilelang.language as T
+from tilelang.cuda.language.cluster import cluster_sync
+
+from kernels.fused_sample.ref import MAX_V, check_config, fused_sample_shipped_configs
+from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
+from kernels.sampler.cuda import (
+    _BINS,
+    _DIGIT_BITS,
+    _DIGITS,
+    _DONE,
+    _PHASE_MAX,
+    _PHASE_RACE,
+    _PHASE_TOP_K,
+    _PHASE_TOP_P,
+    _PHASES,
+    _SAMPLED,
+    _SF_MAX,
+    _SF_MIN_P,
+    _SF_SLOTS,
+    _SF_TAU_K,
+    _SF_TAU_P,
+    _SHUFFLES,
+    _ST_BEST,
+    _ST_MODE,
+    _ST_MASK,
+    _ST_P20,
+    _ST_PREFIX,
+    _ST_REMAIN,
+    _ST_REMAIN_IN,
+    _ST_SLOTS,
+    _ST_TARGET,
+    _ST_TOP_K_ON,
+    _ST_TOP_P_ON,
+    _WARP,
+    _ordered,
+    decide_max,
+    pick_bin,
+)
+from kernels.sampler.ref import MASS_BITS
+
+__all__ = ["MAX_V", "fused_sample_shipped_configs", "fused_sample_tl"]
+
+# Blocks per row: the largest cluster every Hopper launch accepts without opting in.
+_CLUSTER = 8
+# Entries of a chunk: s of 20480 entries is 80 KiB of shared memory; 8 chunks hold MAX_V.
+_CHUNK = MAX_V // _CLUSTER
+_THREADS = 512
+_WARPS = _THREADS // _WARP
+# Vectors a thread loads before using any, in the load phase (2 spill on sm_100a at 128 registers).
+_UNROLL = 1
+# One uint32 histogram per lane, padded a bank apart (see kernels/sampler/cuda.py): no two lanes of
+# a warp meet on an address or a bank, and every atomic is a native 32-bit one.
+_REPLICAS = _WARP
+_REP_STRIDE = _BINS + 1
+_SCAN_WARPS = _BINS // _WARP
+# A block's record for its peers: the 256 bins, then its finite count or mass sum, best id, best key
+# and sum of w (the float32 ones as their bits), padded to whole warps (the copy's thread guard must
+# be warp-uniform: it holds a barrier).
+_R_ACC, _R_ID, _R_KEY, _R_SUM = _BINS, _BINS + 1, _BINS + 2, _BINS + 3
+_RECORD = _BINS + _WARP
+
+assert _CHUNK * _CLUSTER == MAX_V and (_CHUNK // _REPLICAS) << MASS_BITS < 1 << 32
+
+
+@tilelang.jit(pass_configs=PASS_CONFIGS)
+def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
+    """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
+    empty) for these static arguments (memoised)."""
+    check_config("fused_sample_tl", dtype, vec, top_k_dtype)
+    B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
+
+    @T.macro
+    def visit(s, v, phase, sampled, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, w, bits, digit, acc, wsum, best_key, best_id, hist, replica):
+        """Folds entry v (s read back from shared memory) into this thread's part of the pass; ids
+        arrive in ascending order, so only a strictly larger key replaces an earlier best."""
+        if s > -T.infinity("float32"):
+            if phase < _PHASE_TOP_P:
+                bits[0] = _ordered(s)
+                if (bits[0] & mask) == prefix:
+                    digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                    T.atomic_add(hist[replica + digit[0]], T.uint32(1))
+            else:
+                w[0] = T.exp(T.if_then_else(s == m, T.float32(0), s - m))
+                if phase == _PHASE_RACE:
+                    wsum[0] += w[0]
+                    if sampled != 0 and s >= tau_k and w[0] >= tau_p and w[0] >= min_p:
+                        noise_bits(v, keys, h)
+                        w[0] = w[0] / exponential_noise(h)
+                        if best_id[0] < 0 or w[0] > best_key[0]:
+                            best_key[0] = w[0]
+                            best_id[0] = v
+                elif s >= tau_k:
+                    q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
+                    acc[0] += q
+                    bits[0] = T.reinterpret("uint32", w[0])
+                    if q > T.int64(0) and (bits[0] & mask) == prefix:
+                        digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                        T.atomic_add(hist[replica + digit[0]], T.cast(q, "uint32"))
+
+    @T.macro
+    def load(x, v, j, sampled, t, sv, acc, best_key, best_id):
+        """Phase 0 for entry v (chunk slot j): s into shared memory, and the max and count."""
+        x32 = T.cast(x, "float32")
+        # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
+        s = T.if_then_else(x32 > -T.infinity("float32"), T.if_then_else(sampled != 0, x32 / t, x32), -T.infinity("float32"))
+        sv[j] = s
+        if x32 > -T.infinity("float32"):
+            acc[0] += T.int64(1)
+            if best_id[0] < 0 or s > best_key[0]:
+                best_key[0] = s
+                best_id[0] = v
+
+    @T.prim_func
+    def fused_sample(
+        logits: T.StridedTensor((B, V), (S, 1), dtype),
+        temperature: T.Tensor((B,), "float32"),
+        top_k: T.Tensor((B,), top_k_dtype),
+        top_p: T.Tensor((B,), "float32"),
+        min_p: T.Tensor((B,), "float32"),
+        seed: T.Tensor((B,), "int64"),
+        offset: T.Tensor((B,), "int64"),
+        token: T.Tensor((B,), "int64"),
+        logprob: T.Tensor((B,), "float32"),
+        empty: T.Tensor((B,), "uint8"),
+    ):
+        # A 1-D grid (a grid's y extent stops at 65535 rows): block i is rank i % _CLUSTER of row
+        # i // _CLUSTER, and a cluster is _CLUSTER consecutive blocks.
+        with T.Kernel(B * _CLUSTER, threads=_THREADS, cluster_dims=(_CLUSTER, 1, 1)) as block:
+            rank = block % _CLUSTER
+            bx = block // _CLUSTER
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // _WARP, tx % _WARP
+            # 64-bit row: every offset into logits is 64-bit (B * row_stride may pass 2**31).
+            row = T.cast(bx, "int64")
+            keys = T.alloc_local((2,), "uint32")
+            h = T.alloc_local((1,), "uint32")
+            w = T.alloc_local((1,), "float32")
+            bits = T.alloc_local((1,), "uint32")
+            digit = T.alloc_local((1,), "int32")
+            acc = T.alloc_local((1,), "int64")
+            wsum = T.alloc_local((1,), "float32")
+            best_key = T.alloc_local((1,), "float32")
+            best_id = T.alloc_local((1,), "int32")
+            other_key = T.alloc_local((1,), "float32")
+            other_id = T.alloc_local((1,), "int32")
+            incl = T.alloc_local((1,), "int64")
+            count = T.alloc_local((1,), "int64")
+            buf = T.alloc_local((_UNROLL, vec), dtype)
+            sv = T.alloc_shared((_CHUNK,), "float32")
+            hist = T.alloc_shared((_REPLICAS * _REP_STRIDE,), "uint32", scope="shared")
+            record = T.alloc_shared((_RECORD,), "int64")
+            # Two sets of peer records, by pass parity: a block may publish pass p + 1 while a slower
+            # peer still reads pass p, never pass p + 2 (that needs the barrier the peer has not left).
+            gathered = T.alloc_shared((2, _CLUSTER, _RECORD), "int64")
+            scan_total = T.alloc_shared((_SCAN_WARPS,), "int64")
+            red_key = T.alloc_shared((_WARPS,), "float32")
+            red_id = T.alloc_shared((_WARPS,), "int32")
+            red_acc = T.alloc_shared((_WARPS,), "int64")
+            red_sum = T.alloc_shared((_WARPS,), "float32")
+            st = T.alloc_shared((_ST_SLOTS,), "int64")
+            sf = T.alloc_shared((_SF_SLOTS,), "float32")
+            # The interface passes vec-aligned rows: what lets the loads below be vectorised.
+            T.assume(S % vec == 0)
+            noise_row_keys(seed[bx], offset[bx], keys)
+            t = temperature[bx]
+            sampled = T.cast(t > T.float32(0) and t < T.infinity("float32"), "int32")
+            # This block's chunk [lo, lo + n_local): whole vectors, so every chunk but the last is aligned.
+            chunk_vecs = T.ceildiv(T.ceildiv(V, _CLUSTER), vec)
+            first_vec = rank * chunk_vecs
+            lo = T.min(first_vec * vec, V)
+            n_local = T.min(V - lo, chunk_vecs * vec)
+            n_vec = n_local // vec
+            if tx < _ST_SLOTS:
+                st[tx] = T.int64(0)
+            if tx < _SF_SLOTS:
+                sf[tx] = T.float32(0)
+            for phase in T.serial(_PHASES):
+                T.sync_threads()
+                mode = st[_ST_MODE]
+                active = T.if_then_else(
+                    phase == _PHASE_MAX,
+                    1,
+                    T.if_then_else(
+                        phase < _PHASE_TOP_P,
+                        T.cast(st[_ST_TOP_K_ON], "int32"),
+                        T.if_then_else(phase < _PHASE_RACE, T.cast(st[_ST_TOP_P_ON], "int32"), T.cast(mode != T.int64(_DONE), "int32")),
+                    ),
+                )
+                m = sf[_SF_MAX]
+                tau_k = sf[_SF_TAU_K]
+                tau_p = sf[_SF_TAU_P]
+                min_p_w = sf[_SF_MIN_P]
+                prefix = T.cast(st[_ST_PREFIX], "uint32")
+                mask = T.cast(st[_ST_MASK], "uint32")
+                shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
+                par = phase % 2
+                for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
+                    if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
+                        hist[i * _THREADS + tx] = T.uint32(0)
+                acc[0] = T.int64(0)
+                wsum[0] = T.float32(0)
+                best_key[0] = -T.infinity("float32")
+                best_id[0] = -1
+                T.sync_threads()
+                if phase == _PHASE_MAX:
+                    for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL)):
+                        for u in T.unroll(_UNROLL):
+                            if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                                for e in T.vectorized(vec):
+                                    buf[u, e] = logits[row, (first_vec + (r * _UNROLL + u) * _THREADS + tx) * vec + e]
+                        for u in T.unroll(_UNROLL):
+                            if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                                for e in T.unroll(vec):
+                                    load(buf[u, e], lo + ((r * _UNROLL + u) * _THREADS + tx) * vec + e, ((r * _UNROLL + u) * _THREADS + tx) * vec + e, sampled, t, sv, acc, best_key, best_id)
+                    if vec > 1:
+                        # The n_local % vec entries after the last whole vector (the last chunk only).
+                        if tx < n_local - n_vec * vec:
+                            buf[0, 0] = logits[row, lo + n_vec * vec + tx]
+                            load(buf[0, 0], lo + n_vec * vec + tx, n_vec * vec + tx, sampled, t, sv, acc, best_key, best_id)
+                else:
+                    for i in T.serial(T.ceildiv(n_local, _THREADS) * active):
+                        if i * _THREADS + tx < n_local:
+                            visit(sv[i * _THREADS + tx], lo + i * _THREADS + tx, phase, sampled, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
+                for i in T.unroll(_SHUFFLES):
+                    other_key[0] = T.shfl_xor(best_key[0], 1 << i)
+                    other_id[0] = T.shfl_xor(best_id[0], 1 << i)
+                    take_if_better(best_key, best_id, other_key[0], other_id[0])
+                    acc[0] += T.shfl_xor(acc[0], 1 << i)
+                    wsum[0] += T.shfl_xor(wsum[0], 1 << i)
+                if lane == 0:
+                    red_key[warp] = best_key[0]
+                    red_id[warp] = best_id[0]
+                    red_acc[warp] = acc[0]
+                    red_sum[warp] = wsum[0]
+                T.sync_threads()
+                # This block's record: its bins summed over the lane replicas, its scalars folded in
+                # warp order.
+                if tx < _BINS:
+                    count[0] = T.int64(0)
+                    for r in T.unroll(_REPLICAS):
+                        count[0] += T.cast(hist[r * _REP_STRIDE + tx], "int64")
+                    record[tx] = count[0]
+                if tx == 0:
+                    for j in T.unroll(1, _WARPS):
+                        take_if_better(best_key, best_id, red_key[j], red_id[j])
+                        acc[0] += red_acc[j]
+                        wsum[0] += red_sum[j]
+                    record[_R_ACC] = acc[0]
+                    record[_R_ID] = T.cast(best_id[0], "int64")
+                    record[_R_KEY] = T.cast(T.reinterpret("int32", best_key[0]), "int64")
+                    record[_R_SUM] = T.cast(T.reinterpret("int32", wsum[0]), "int64")
+                T.sync_threads()
+                for p in T.serial(_CLUSTER):
+                    T.copy_cluster(record[0:_RECORD], gathered[par, rank, 0:_RECORD], dst_block=p)
+                cluster_sync()
+                if tx == 0:
+                    # The cluster's scalars, folded in rank order by every block alike.
+                    best_key[0] = -T.infinity("float32")
+                    best_id[0] = -1
+                    acc[0] = T.int64(0)
+                    wsum[0] = T.float32(0)
+                    for j in T.unroll(_CLUSTER):
+                        take_if_better(best_key, best_id, T.reinterpret("float32", T.cast(gathered[par, j, _R_KEY], "int32")), T.cast(gathered[par, j, _R_ID], "int32"))
+                        acc[0] += gathered[par, j, _R_ACC]
+                        wsum[0] += T.reinterpret("float32", T.cast(gathered[par, j, _R_SUM], "int32"))
+                    if phase == _PHASE_MAX:
+                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, T.cast(rank == 0, "int32"))
+                    elif phase == _PHASE_TOP_P:
+                        st[_ST_TARGET] = st[_ST_P20] * acc[0]
+                        st[_ST_REMAIN] = T.int64(0)
+                    elif phase == _PHASE_RACE and active != 0 and rank == 0:
+                        empty[bx] = T.uint8(0)
+                        if mode == T.int64(_SAMPLED):
+                            # The winner's s, recomputed from its logit exactly as in the load.
+                            w[0] = T.cast(logits[row, best_id[0]], "float32") / t
+                            token[bx] = T.cast(best_id[0], "int64")
+                            logprob[bx] = T.if_then_else(w[0] == m, T.float32(0), w[0] - m) - T.log(wsum[0])
+                        else:
+                            token[bx] = st[_ST_BEST]
+                            logprob[bx] = -T.log(wsum[0])
+                    st[_ST_REMAIN_IN] = st[_ST_REMAIN]
+                # A radix pass: thread i takes the cluster's bin 255 - i, and an inclusive scan over
+                # the threads gives each bin the count (or mass) of itself and all above it.
+                radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
+                if radix and tx < _BINS:
+                    count[0] = T.int64(0)
+                    for j in T.unroll(_CLUSTER):
+                        count[0] += gathered[par, j, _BINS - 1 - tx]
+                    incl[0] = count[0]
+                    for i in T.unroll(_SHUFFLES):
+                        other = T.shfl_up(incl[0], 1 << i)
+                        if lane >= (1 << i):
+                            incl[0] += other
+                    if lane == _WARP - 1:
+                        scan_total[warp] = incl[0]
+                T.sync_threads()
+                if radix and tx < _BINS:
+                    for j in T.unroll(_SCAN_WARPS - 1):
+                        if j < warp:
+                            incl[0] += scan_total[j]
+                    pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
+
+    return fused_sample

@@ -1,0 +1,310 @@
+"""Tests of `fused_sample`: its contract is the sampler's (kernels/sampler/ref.py, tested against an
+independent oracle in kernels/sampler/sampler_test.py), so these tests hold the interface and the
+kernels to it: the CPU interface against the reference, interface validation, the dispatch (the
+split kernel up to ref.MAX_V, the sampler's kernel above), codegen, and on the device fused_sample ==
+sampler == reference token for token.
+
+Suites (markers, selected by `--tl-suite`; see testing/plugin.py): ref, codegen_cuda, codegen_ascend,
+device. Inputs and checks are the sampler's (kernels/sampler/sampler_testlib.py), drawn fresh per
+test from the plugin's per-test seed; outputs are poisoned first (int64 minimum tokens, NaN
+logprobs, True empty flags) and tokens and empty flags compared exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import types
+
+import pytest
+import torch
+
+from kernels.fused_sample import api, ref
+from kernels.sampler import api as sampler_api
+from kernels.sampler import ref as sampler_ref
+from kernels.sampler.sampler_testlib import (
+    I64,
+    INF,
+    assert_device_matches_ref,
+    bad_inputs,
+    counters,
+    device_logits,
+    mixed_params,
+    poisoned_out,
+)
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes
+
+# ----------------------------------------------------------------------------------------------------
+# Reference suite: the contract, the interface on CPU, the dispatch.
+
+
+@pytest.mark.ref
+def test_contract_is_the_samplers():
+    assert ref.fused_sample_ref is sampler_ref.sampler_ref
+    assert ref.fused_sample_shipped_configs() == sampler_ref.sampler_shipped_configs()
+    for config in ref.fused_sample_shipped_configs():
+        ref.check_config("test", *config)
+    # The models' vocabularies take the split kernel.
+    assert ref.MAX_V == 163840 and 151936 <= ref.MAX_V < ref.MAX_VOCAB
+    assert inspect.signature(api.fused_sample) == inspect.signature(sampler_api.sampler)
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("B,V", [(1, 1), (10, 77), (3, ref.MAX_V + 1)], ids=lambda x: str(x))
+def test_cpu_interface_equals_ref(dtype, B, V):
+    logits = (torch.randn(B, V + 3) * 3)[:, :V].to(dtype)  # strided rows
+    logits[torch.rand(B, V) < 0.05] = math.nan
+    if B > 2:
+        logits[2] = -INF
+    params = mixed_params(B, V)
+    expected = ref.fused_sample_ref(logits, *params, return_logprobs=True)
+    out = poisoned_out(B, "cpu")
+    got = api.fused_sample(logits, *params, return_logprobs=True, out=out)
+    assert isinstance(got, sampler_api.SamplerOutput)
+    assert got.tokens is out[0] and got.logprobs is out[1] and got.empty is out[2]
+    assert_bitwise_equal(got.tokens, expected[0], what="tokens")
+    assert_bitwise_equal(got.logprobs, expected[1], what="logprobs")
+    assert_bitwise_equal(got.empty, expected[2], what="empty")
+    k32 = api.fused_sample(logits, params[0], params[1].to(torch.int32), *params[2:])
+    assert k32.logprobs is None
+    assert_bitwise_equal(k32.tokens, expected[0], what="tokens (int32 top_k)")
+
+
+@pytest.mark.ref
+def test_empty_batch_launches_nothing(no_kernel_launches):
+    z = torch.zeros(0)
+    zi = torch.zeros(0, dtype=I64)
+    got = api.fused_sample(torch.zeros(0, 5), z, zi, z, z, zi, zi, return_logprobs=True)
+    assert got.tokens.shape == got.logprobs.shape == got.empty.shape == (0,)
+    out = poisoned_out(0, "cpu", logprobs=False)
+    assert api.fused_sample(torch.zeros(0, 5, dtype=torch.bfloat16), z, zi, z, z, zi, zi, out=out).tokens is out[0]
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", bad_inputs(), ids=lambda c: c[0])
+def test_bad_input_raises_and_writes_nothing(case):
+    _, kwargs, error, message = case
+    out = kwargs["out"]
+    written = list(out) if isinstance(out, (tuple, list)) else [out]
+    assert_rejected_without_writes(api.fused_sample, kwargs, error, message, written)
+    with pytest.raises(error, match="^fused_sample: "):
+        api.fused_sample(**kwargs)
+
+
+@pytest.mark.ref
+def test_out_overlapping_an_input_is_rejected():
+    B = 4
+    seed = torch.zeros(B, dtype=I64)
+    out = (seed, poisoned_out(B, "cpu")[1], torch.ones(B, dtype=torch.bool))
+    z = torch.zeros(B)
+    with pytest.raises(ValueError, match="fused_sample: out tokens overlaps seed"):
+        api.fused_sample(torch.randn(B, 8), z, torch.zeros(B, dtype=I64), z, z, seed, torch.ones(B, dtype=I64), return_logprobs=True, out=out)
+
+
+class _RecordingOps:
+    """Stands in for tilelang_ops.ops: records which factory the interface asks for, with which static
+    arguments, and what its kernel is launched with."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, factory):
+        def build(*static):
+            def kernel(*args):
+                self.calls.append((factory, static, args))
+
+            return kernel
+
+        return build
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize(
+    "dtype,V,top_k_dtype,factory,vec",
+    [
+        (torch.float32, 129280, torch.int64, "fused_sample_tl", 4),
+        (torch.bfloat16, 151936, torch.int32, "fused_sample_tl", 8),
+        (torch.float32, ref.MAX_V, torch.int32, "fused_sample_tl", 4),
+        (torch.bfloat16, ref.MAX_V + 1, torch.int64, "sampler_tl", 1),
+        (torch.float32, ref.MAX_V + 4, torch.int64, "sampler_tl", 4),
+    ],
+)
+def test_dispatch_by_vocabulary(monkeypatch, dtype, V, top_k_dtype, factory, vec):
+    """Device dispatch, on CPU tensors treated as device ones: the split kernel up to MAX_V, the
+    sampler's above it, each with the sampler's static arguments (vec from the row stride: odd
+    bfloat16 rows load one element at a time) and the same launch arguments."""
+    ops = _RecordingOps()
+    monkeypatch.setattr(api, "is_host", lambda t: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, t: types.SimpleNamespace(ops=ops))
+    B = 2
+    logits = torch.zeros(B, V, dtype=dtype)
+    params = list(mixed_params(B, V))
+    params[1] = params[1].to(top_k_dtype)
+    out = poisoned_out(B, "cpu")
+    api.fused_sample(logits, *params, return_logprobs=True, out=out)
+    ((name, static, args),) = ops.calls
+    dname = str(dtype).removeprefix("torch.")
+    assert name == factory
+    assert static == (dname, vec, str(top_k_dtype).removeprefix("torch."))
+    assert args[0] is logits and all(a is p for a, p in zip(args[1:7], params))
+    assert args[7] is out[0] and args[8] is out[1] and args[9].dtype == torch.uint8
+
+
+# ----------------------------------------------------------------------------------------------------
+# Codegen (CPU): every shipped configuration lowers, compiles and fits on chip.
+
+
+def _config_id(config) -> str:
+    return "-".join(map(str, config))
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("config", ref.fused_sample_shipped_configs(), ids=_config_id)
+def test_cuda_config_compiles_without_spills(arch, config):
+    # Imported here: the other suites collect without the CUDA backend.
+    from kernels.fused_sample import cuda
+    from testing import codegen_cuda
+
+    assert cuda.fused_sample_shipped_configs() == ref.fused_sample_shipped_configs()
+    lowered = codegen_cuda.lower_cuda(cuda.fused_sample_tl, *config, arch=arch)
+    source = lowered.source
+    # w and the race keys must be torch's float32 expf / logf / division bit for bit.
+    assert "expf(" in source and "logf(" in source
+    assert "__expf" not in source and "__logf" not in source and "__fdividef" not in source
+    assert "--use_fast_math" not in lowered.nvcc_flags
+    assert source.count("__global__ void") <= 2
+    dtype, vec, _ = config
+    if vec * (4 if dtype == "float32" else 2) == 16:
+        assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
+    # Also checks the shared memory (the row slice) fits the per-block limit.
+    report = codegen_cuda.check_cuda_resources(cuda.fused_sample_tl, *config, arch=arch)
+    assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_ascend
+def test_ascend_kernel_is_the_samplers():
+    # The sampler's codegen_ascend suite lowers this very factory for every shipped configuration
+    # (about 7 minutes on CI's 2 cores); lowering it again here would check nothing new.
+    from kernels.fused_sample import asc
+    from kernels.sampler import asc as sampler_asc
+    from kernels.sampler import ref as sampler_ref
+
+    assert asc.fused_sample_tl is sampler_asc.sampler_tl
+    assert asc.fused_sample_shipped_configs() == sampler_ref.sampler_shipped_configs()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Device: fused_sample against the sampler's kernel and the reference, on the same device tensors.
+
+# Batches from one row (the vocabulary split's case) to more rows than SMs; vocabularies from one
+# column to the models' and one past MAX_V (the sampler's kernel serves it).
+DEVICE_BATCHES = [1, 3, 64, 200]
+DEVICE_VOCABS = [1, 7, 1000, 129280, 151936, ref.MAX_V + 1001]
+
+
+def _assert_equals_sampler(got, logits, params):
+    """got == the sampler's kernel on the same inputs: tokens and empty flags bit for bit, logprobs
+    within float32 rounding of the normaliser (each kernel sums in its own order)."""
+    B = logits.shape[0]
+    theirs = sampler_api.sampler(logits, *params, return_logprobs=got.logprobs is not None, out=poisoned_out(B, logits.device, got.logprobs is not None))
+    assert_bitwise_equal(got.tokens, theirs.tokens, what="tokens vs sampler")
+    assert_bitwise_equal(got.empty, theirs.empty, what="empty vs sampler")
+    if got.logprobs is not None:
+        assert torch.allclose(got.logprobs, theirs.logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs vs sampler"
+
+
+def _assert_matches(got, logits, params):
+    assert_device_matches_ref(got, logits, params)
+    _assert_equals_sampler(got, logits, params)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("layout", ["dense", "strided", "misaligned"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("V", DEVICE_VOCABS, ids=lambda v: f"V{v}")
+@pytest.mark.parametrize("B", DEVICE_BATCHES, ids=lambda b: f"B{b}")
+def test_device_matches_sampler_and_ref(device, B, V, dtype, layout):
+    logits = device_logits(B, V, device, dtype, layout)
+    if B > 4:
+        logits[4] = math.nan  # no finite entry, by NaN rather than -inf (row 1)
+    params = mixed_params(B, V, device)
+    out = poisoned_out(B, device)
+    got = api.fused_sample(logits, *params, return_logprobs=True, out=out)
+    assert got.tokens is out[0] and got.logprobs is out[1] and got.empty is out[2]
+    _assert_matches(got, logits, params)
+    k32 = (params[0], params[1].to(torch.int32), *params[2:])
+    _assert_matches(api.fused_sample(logits, *k32, out=poisoned_out(B, device, logprobs=False)), logits, params)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype,V", [(torch.float32, 129280), (torch.bfloat16, 151936)], ids=str)
+@pytest.mark.parametrize("B", [1, 8, 128])
+def test_device_decode_settings_match_sampler_and_ref(device, B, V, dtype):
+    # The benchmark's settings (top-k 50, top-p 0.9, t 0.7), then random filters; heavy ties at the
+    # thresholds in half the rows (rounded logits).
+    logits = (torch.randn(B, V, device=device) * 3).to(dtype)
+    logits[: (B + 1) // 2] = torch.round(logits[: (B + 1) // 2])
+    seed, offset = (t.to(device) for t in counters(B))
+    full = lambda x: torch.full((B,), x, device=device)  # noqa: E731
+    params = (full(0.7), full(50).to(I64), full(0.9), full(0.0), seed, offset)
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    params = (full(1.0), torch.randint(1, V, (B,), device=device), torch.rand(B, device=device), torch.rand(B, device=device) * 0.2, seed, offset)
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("V", [129280, ref.MAX_V + 1001], ids=lambda v: f"V{v}")
+def test_device_batch_invariance(device, V):
+    """A row's token depends on its own logits, parameters and counters only: permuting the batch,
+    sampling the row alone, or replacing every other row (logits and parameters) leaves it."""
+    B = 16
+    logits = torch.randn(B, V, device=device) * 3
+    params = mixed_params(B, V, device)
+    got = api.fused_sample(logits, *params)
+    perm = torch.randperm(B, device=device)
+    assert_bitwise_equal(api.fused_sample(logits[perm], *(p[perm] for p in params)).tokens, got.tokens[perm])
+    assert_bitwise_equal(api.fused_sample(logits[2:3], *(p[2:3] for p in params)).tokens, got.tokens[2:3])
+    other = logits.clone()
+    other[8:] = torch.randn(B - 8, V, device=device)
+    other[12:] = math.nan
+    other_params = tuple(torch.cat([p[:8], q[8:]]) for p, q in zip(params, mixed_params(B, V, device)))
+    assert_bitwise_equal(api.fused_sample(other, *other_params).tokens[:8], got.tokens[:8])
+    assert_bitwise_equal(api.fused_sample(logits, *params).tokens, got.tokens)
+
+
+@pytest.mark.device
+def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
+    z = torch.zeros(0, device=device)
+    zi = torch.zeros(0, dtype=I64, device=device)
+    assert api.fused_sample(torch.zeros(0, 9, device=device), z, zi, z, z, zi, zi, return_logprobs=True).tokens.shape == (0,)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("B", [1, 32])
+def test_device_cuda_graph_replay(device, backend, B):
+    # Captured once, replayed with new logits, parameters and counters: every call of a decode step.
+    if backend != "cuda":
+        pytest.skip("CUDA graphs are a CUDA feature")
+    V = 129280
+    logits = torch.zeros(B, V, dtype=torch.bfloat16, device=device)
+    params = tuple(torch.zeros_like(p) for p in mixed_params(B, V, device))
+    out = poisoned_out(B, device)
+
+    def call():
+        api.fused_sample(logits, *params, return_logprobs=True, out=out)
+
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(3):
+        logits.copy_(torch.randn(B, V, device=device) * 3)
+        for dst, src in zip(params, mixed_params(B, V, device)):
+            dst.copy_(src)
+        out[0].fill_(torch.iinfo(I64).min)
+        out[1].fill_(math.nan)
+        out[2].fill_(True)
+        graph.replay()
+        _assert_matches(sampler_api.SamplerOutput(*out), logits, params)
