@@ -61,34 +61,36 @@ from kernels.sampler.cuda import (
     _BINS,
     _DIGIT_BITS,
     _DIGITS,
-    _DONE,
     _PHASE_MAX,
     _PHASE_RACE,
     _PHASE_TOP_K,
     _PHASE_TOP_P,
     _PHASES,
-    _SAMPLED,
+    _REP_STRIDE,
+    _REPLICAS,
+    _SCAN_WARPS,
     _SF_MAX,
     _SF_MIN_P,
     _SF_SLOTS,
     _SF_TAU_K,
     _SF_TAU_P,
-    _SHUFFLES,
-    _ST_BEST,
-    _ST_MODE,
     _ST_MASK,
+    _ST_MODE,
     _ST_P20,
     _ST_PREFIX,
     _ST_REMAIN,
     _ST_REMAIN_IN,
     _ST_SLOTS,
     _ST_TARGET,
-    _ST_TOP_K_ON,
-    _ST_TOP_P_ON,
     _WARP,
     _ordered,
+    block_fold,
     decide_max,
-    pick_bin,
+    finish_scan,
+    phase_active,
+    scan_bins,
+    warp_fold,
+    write_race,
 )
 from kernels.sampler.ref import MASS_BITS
 
@@ -102,11 +104,6 @@ _THREADS = 512
 _WARPS = _THREADS // _WARP
 # Vectors a thread loads before using any, in the load phase (2 spill on sm_100a at 128 registers).
 _UNROLL = 1
-# One uint32 histogram per lane, padded a bank apart (see kernels/sampler/cuda.py): no two lanes of
-# a warp meet on an address or a bank, and every atomic is a native 32-bit one.
-_REPLICAS = _WARP
-_REP_STRIDE = _BINS + 1
-_SCAN_WARPS = _BINS // _WARP
 # A block's record for its peers: the 256 bins, then its finite count or mass sum, best id, best key
 # and sum of w (the float32 ones as their bits), padded to whole warps (the copy's thread guard must
 # be warp-uniform: it holds a barrier).
@@ -201,6 +198,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             count = T.alloc_local((1,), "int64")
             buf = T.alloc_local((_UNROLL, vec), dtype)
             sv = T.alloc_shared((_CHUNK,), "float32")
+            # The sampler's per-lane histograms, of uint32 here: every atomic is a native 32-bit one.
             hist = T.alloc_shared((_REPLICAS * _REP_STRIDE,), "uint32", scope="shared")
             record = T.alloc_shared((_RECORD,), "int64")
             # Two sets of peer records, by pass parity: a block may publish pass p + 1 while a slower
@@ -231,15 +229,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             for phase in T.serial(_PHASES):
                 T.sync_threads()
                 mode = st[_ST_MODE]
-                active = T.if_then_else(
-                    phase == _PHASE_MAX,
-                    1,
-                    T.if_then_else(
-                        phase < _PHASE_TOP_P,
-                        T.cast(st[_ST_TOP_K_ON], "int32"),
-                        T.if_then_else(phase < _PHASE_RACE, T.cast(st[_ST_TOP_P_ON], "int32"), T.cast(mode != T.int64(_DONE), "int32")),
-                    ),
-                )
+                active = phase_active(phase, mode, st)
                 m = sf[_SF_MAX]
                 tau_k = sf[_SF_TAU_K]
                 tau_p = sf[_SF_TAU_P]
@@ -275,17 +265,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     for i in T.serial(T.ceildiv(n_local, _THREADS) * active):
                         if i * _THREADS + tx < n_local:
                             visit(sv[i * _THREADS + tx], lo + i * _THREADS + tx, phase, sampled, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
-                for i in T.unroll(_SHUFFLES):
-                    other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-                    other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                    take_if_better(best_key, best_id, other_key[0], other_id[0])
-                    acc[0] += T.shfl_xor(acc[0], 1 << i)
-                    wsum[0] += T.shfl_xor(wsum[0], 1 << i)
-                if lane == 0:
-                    red_key[warp] = best_key[0]
-                    red_id[warp] = best_id[0]
-                    red_acc[warp] = acc[0]
-                    red_sum[warp] = wsum[0]
+                warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane)
                 T.sync_threads()
                 # This block's record: its bins summed over the lane replicas, its scalars folded in
                 # warp order.
@@ -295,10 +275,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         count[0] += T.cast(hist[r * _REP_STRIDE + tx], "int64")
                     record[tx] = count[0]
                 if tx == 0:
-                    for j in T.unroll(1, _WARPS):
-                        take_if_better(best_key, best_id, red_key[j], red_id[j])
-                        acc[0] += red_acc[j]
-                        wsum[0] += red_sum[j]
+                    block_fold(_WARPS, best_key, best_id, acc, wsum, red_key, red_id, red_acc, red_sum)
                     record[_R_ACC] = acc[0]
                     record[_R_ID] = T.cast(best_id[0], "int64")
                     record[_R_KEY] = T.cast(T.reinterpret("int32", best_key[0]), "int64")
@@ -323,15 +300,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         st[_ST_TARGET] = st[_ST_P20] * acc[0]
                         st[_ST_REMAIN] = T.int64(0)
                     elif phase == _PHASE_RACE and active != 0 and rank == 0:
-                        empty[bx] = T.uint8(0)
-                        if mode == T.int64(_SAMPLED):
-                            # The winner's s, recomputed from its logit exactly as in the load.
-                            w[0] = T.cast(logits[row, best_id[0]], "float32") / t
-                            token[bx] = T.cast(best_id[0], "int64")
-                            logprob[bx] = T.if_then_else(w[0] == m, T.float32(0), w[0] - m) - T.log(wsum[0])
-                        else:
-                            token[bx] = st[_ST_BEST]
-                            logprob[bx] = -T.log(wsum[0])
+                        write_race(bx, row, logits, t, m, mode, best_id, wsum, w, st, token, logprob, empty)
                     st[_ST_REMAIN_IN] = st[_ST_REMAIN]
                 # A radix pass: thread i takes the cluster's bin 255 - i, and an inclusive scan over
                 # the threads gives each bin the count (or mass) of itself and all above it.
@@ -340,18 +309,9 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     count[0] = T.int64(0)
                     for j in T.unroll(_CLUSTER):
                         count[0] += gathered[par, j, _BINS - 1 - tx]
-                    incl[0] = count[0]
-                    for i in T.unroll(_SHUFFLES):
-                        other = T.shfl_up(incl[0], 1 << i)
-                        if lane >= (1 << i):
-                            incl[0] += other
-                    if lane == _WARP - 1:
-                        scan_total[warp] = incl[0]
+                    scan_bins(incl, count, lane, warp, scan_total)
                 T.sync_threads()
                 if radix and tx < _BINS:
-                    for j in T.unroll(_SCAN_WARPS - 1):
-                        if j < warp:
-                            incl[0] += scan_total[j]
-                    pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
+                    finish_scan(tx, phase, shift, incl, count, warp, scan_total, st, sf)
 
     return fused_sample

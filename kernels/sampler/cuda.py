@@ -188,6 +188,84 @@ def pick_bin(tx, phase, shift, incl, count, st, sf):
             sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
 
 
+@T.macro
+def phase_active(phase, mode, st):
+    """1 when the row runs `phase` (phase 0 always; top-k and top-p passes when on; the race unless
+    the row was settled), else 0: every pass's trip count is a multiple of it."""
+    return T.if_then_else(
+        phase == _PHASE_MAX,
+        1,
+        T.if_then_else(
+            phase < _PHASE_TOP_P,
+            T.cast(st[_ST_TOP_K_ON], "int32"),
+            T.if_then_else(phase < _PHASE_RACE, T.cast(st[_ST_TOP_P_ON], "int32"), T.cast(mode != T.int64(_DONE), "int32")),
+        ),
+    )
+
+
+@T.macro
+def warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane):
+    """Each warp's best entry (ties to the lower id), count or mass and sum of w by a shuffle
+    butterfly; lane 0 leaves them in the warp's slot of red_*."""
+    for i in T.unroll(_SHUFFLES):
+        other_key[0] = T.shfl_xor(best_key[0], 1 << i)
+        other_id[0] = T.shfl_xor(best_id[0], 1 << i)
+        take_if_better(best_key, best_id, other_key[0], other_id[0])
+        acc[0] += T.shfl_xor(acc[0], 1 << i)
+        wsum[0] += T.shfl_xor(wsum[0], 1 << i)
+    if lane == 0:
+        red_key[warp] = best_key[0]
+        red_id[warp] = best_id[0]
+        red_acc[warp] = acc[0]
+        red_sum[warp] = wsum[0]
+
+
+@T.macro
+def block_fold(warps, best_key, best_id, acc, wsum, red_key, red_id, red_acc, red_sum):
+    """Thread 0 (holding warp 0's record): the other warps' records folded in, in warp order."""
+    for j in T.unroll(1, warps):
+        take_if_better(best_key, best_id, red_key[j], red_id[j])
+        acc[0] += red_acc[j]
+        wsum[0] += red_sum[j]
+
+
+@T.macro
+def write_race(bx, row, logits, t, m, mode, best_id, wsum, s, st, token, logprob, empty):
+    """The outputs of a row that ran the race: its winner (sampled rows) or its argmax (greedy rows),
+    and the log-probability under softmax(s)."""
+    empty[bx] = T.uint8(0)
+    if mode == T.int64(_SAMPLED):
+        # The winner's s, recomputed from its logit exactly as in the pass.
+        s[0] = T.cast(logits[row, best_id[0]], "float32") / t
+        token[bx] = T.cast(best_id[0], "int64")
+        logprob[bx] = T.if_then_else(s[0] == m, T.float32(0), s[0] - m) - T.log(wsum[0])
+    else:
+        token[bx] = st[_ST_BEST]
+        logprob[bx] = -T.log(wsum[0])
+
+
+@T.macro
+def scan_bins(incl, count, lane, warp, scan_total):
+    """First half of the bin scan, by the threads < _BINS holding their bin's count: the inclusive
+    scan within each warp, whose total goes to scan_total[warp]."""
+    incl[0] = count[0]
+    for i in T.unroll(_SHUFFLES):
+        other = T.shfl_up(incl[0], 1 << i)
+        if lane >= (1 << i):
+            incl[0] += other
+    if lane == _WARP - 1:
+        scan_total[warp] = incl[0]
+
+
+@T.macro
+def finish_scan(tx, phase, shift, incl, count, warp, scan_total, st, sf):
+    """Second half, after a barrier: the lower warps' totals added, then pick_bin."""
+    for j in T.unroll(_SCAN_WARPS - 1):
+        if j < warp:
+            incl[0] += scan_total[j]
+    pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
+
+
 @tilelang.jit(pass_configs=PASS_CONFIGS)
 def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
@@ -289,15 +367,7 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             for phase in T.serial(_PHASES):
                 T.sync_threads()
                 mode = st[_ST_MODE]
-                active = T.if_then_else(
-                    phase == _PHASE_MAX,
-                    1,
-                    T.if_then_else(
-                        phase < _PHASE_TOP_P,
-                        T.cast(st[_ST_TOP_K_ON], "int32"),
-                        T.if_then_else(phase < _PHASE_RACE, T.cast(st[_ST_TOP_P_ON], "int32"), T.cast(mode != T.int64(_DONE), "int32")),
-                    ),
-                )
+                active = phase_active(phase, mode, st)
                 m = sf[_SF_MAX]
                 tau_k = sf[_SF_TAU_K]
                 tau_p = sf[_SF_TAU_P]
@@ -327,38 +397,17 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     if active != 0 and tx < V - n_vec * vec:
                         buf[0, 0] = logits[row, n_vec * vec + tx]
                         visit(buf[0, 0], n_vec * vec + tx, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
-                for i in T.unroll(_SHUFFLES):
-                    other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-                    other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                    take_if_better(best_key, best_id, other_key[0], other_id[0])
-                    acc[0] += T.shfl_xor(acc[0], 1 << i)
-                    wsum[0] += T.shfl_xor(wsum[0], 1 << i)
-                if lane == 0:
-                    red_key[warp] = best_key[0]
-                    red_id[warp] = best_id[0]
-                    red_acc[warp] = acc[0]
-                    red_sum[warp] = wsum[0]
+                warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane)
                 T.sync_threads()
                 if tx == 0:
-                    for j in T.unroll(1, _WARPS):
-                        take_if_better(best_key, best_id, red_key[j], red_id[j])
-                        acc[0] += red_acc[j]
-                        wsum[0] += red_sum[j]
+                    block_fold(_WARPS, best_key, best_id, acc, wsum, red_key, red_id, red_acc, red_sum)
                     if phase == _PHASE_MAX:
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, 1)
                     elif phase == _PHASE_TOP_P:
                         st[_ST_TARGET] = st[_ST_P20] * acc[0]
                         st[_ST_REMAIN] = T.int64(0)
                     elif phase == _PHASE_RACE and active != 0:
-                        empty[bx] = T.uint8(0)
-                        if mode == T.int64(_SAMPLED):
-                            # The winner's d, recomputed from its logit exactly as in the pass.
-                            s[0] = T.cast(logits[row, best_id[0]], "float32") / t
-                            token[bx] = T.cast(best_id[0], "int64")
-                            logprob[bx] = T.if_then_else(s[0] == m, T.float32(0), s[0] - m) - T.log(wsum[0])
-                        else:
-                            token[bx] = st[_ST_BEST]
-                            logprob[bx] = -T.log(wsum[0])
+                        write_race(bx, row, logits, t, m, mode, best_id, wsum, s, st, token, logprob, empty)
                     st[_ST_REMAIN_IN] = st[_ST_REMAIN]
                 # A radix pass: thread i takes bin 255 - i summed over the replicas, and an inclusive
                 # scan over the threads gives each bin the count (or mass) of itself and all above it.
@@ -367,18 +416,9 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     count[0] = T.int64(0)
                     for r in T.unroll(_REPLICAS):
                         count[0] += hist[r * _REP_STRIDE + _BINS - 1 - tx]
-                    incl[0] = count[0]
-                    for i in T.unroll(_SHUFFLES):
-                        other = T.shfl_up(incl[0], 1 << i)
-                        if lane >= (1 << i):
-                            incl[0] += other
-                    if lane == _WARP - 1:
-                        scan_total[warp] = incl[0]
+                    scan_bins(incl, count, lane, warp, scan_total)
                 T.sync_threads()
                 if radix and tx < _BINS:
-                    for j in T.unroll(_SCAN_WARPS - 1):
-                        if j < warp:
-                            incl[0] += scan_total[j]
-                    pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
+                    finish_scan(tx, phase, shift, incl, count, warp, scan_total, st, sf)
 
     return sampler
