@@ -39,8 +39,8 @@ whatever the row's mode):
 
 The histograms are static shared memory (33 KiB) apart from the dynamic pool (s, the records): the
 barrier planner treats the dynamic pool as one buffer, and would otherwise put a barrier between
-every read of s and every histogram atomic. A block takes about 155 KiB of shared memory, so an SM
-runs one block, and a GPU one cluster per 8 SMs.
+every read of s and every histogram atomic. A block takes 152 KiB of shared memory (33 static, 119
+dynamic), so an SM runs one block, and a GPU one cluster per 8 SMs.
 
 Speed and device behaviour are unverified: no GPU has run this kernel yet (it was written after the
 session's device time was spent). The design's bars are batch 1 <= 25 us and batch 128 <= 50 us
