@@ -22,12 +22,10 @@ parameters (40 bytes a row) are left out.
 
 from __future__ import annotations
 
-import zlib
-from typing import Any
-
 import torch
 
-from testing.benchmark import BenchCase, Workload
+from kernels.sampler.sampler_bench import sampler_interface, sampling_case
+from testing.benchmark import BenchCase
 
 KERNEL = "fused_sample"
 
@@ -36,63 +34,14 @@ SWEEPS = (
     (torch.float32, 129280, (1, 8, 64, 128, 512)),
     (torch.bfloat16, 151936, (1, 8, 64, 128, 512)),
 )
-TOP_K, TOP_P, TEMPERATURE = 50, 0.9, 0.7
 
 
-def _seed(text: str) -> int:
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+def _fused_sample():
+    from kernels.fused_sample import api
 
-
-def _case(dtype: torch.dtype, V: int, batch: int) -> BenchCase:
-    dname = str(dtype).removeprefix("torch.")
-    case_id = f"{dname}_b{batch}_v{V}_k{TOP_K}_p{TOP_P}"
-    compiled: list[Any] = []
-
-    def make(device: torch.device, k: int) -> Workload:
-        from kernels.fused_sample import api, ref
-        from kernels.sampler import api as sampler_api
-
-        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        logits = (torch.randn((batch, V), generator=gen, device=device) * 4).to(dtype)
-        big = 2**62
-        seed = torch.randint(-big, big, (batch,), generator=gen, device=device, dtype=torch.int64)
-        offset = torch.randint(0, big, (batch,), generator=gen, device=device, dtype=torch.int64)
-
-        def full(value, dt=torch.float32):
-            return torch.full((batch,), value, dtype=dt, device=device)
-
-        params = (full(TEMPERATURE), full(TOP_K, torch.int64), full(TOP_P), full(0.0), seed, offset)
-
-        def outputs():
-            return (torch.empty((batch,), dtype=torch.int64, device=device), None, torch.empty((batch,), dtype=torch.bool, device=device))
-
-        out, sampler_out = outputs(), outputs()
-
-        def fn():
-            return api.fused_sample(logits, *params, out=out)
-
-        if not compiled:
-            compiled.append(torch.compile(ref.fused_sample_ref, dynamic=False))
-        compiled_ref = compiled[0]
-        return Workload(
-            fn=fn,
-            peers={
-                "torch_eager": lambda: ref.fused_sample_ref(logits, *params),
-                "torch_compile": lambda: compiled_ref(logits, *params),
-                "sampler": lambda: sampler_api.sampler(logits, *params, out=sampler_out),
-            },
-        )
-
-    read = batch * V * dtype.itemsize
-    return BenchCase(
-        kernel=KERNEL,
-        case_id=case_id,
-        params={"dtype": dname, "B": batch, "V": V, "top_k": TOP_K, "top_p": TOP_P, "temperature": TEMPERATURE},
-        bytes_moved=read + batch * 9,
-        make=make,
-        input_bytes=read + batch * 40,
-    )
+    return api.fused_sample
 
 
 def cases() -> list[BenchCase]:
-    return [_case(dtype, V, b) for dtype, V, batches in SWEEPS for b in batches]
+    # The sampler's cases (inputs, ids, byte counts), with the sampler's kernel as a peer.
+    return [sampling_case(KERNEL, dtype, V, b, _fused_sample, lambda: {"sampler": sampler_interface()}) for dtype, V, batches in SWEEPS for b in batches]

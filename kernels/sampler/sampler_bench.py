@@ -21,7 +21,7 @@ left out, as the brief defines it.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -41,13 +41,30 @@ def _seed(text: str) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def _case(dtype: torch.dtype, V: int, batch: int) -> BenchCase:
+def sampler_interface() -> Callable:
+    from kernels.sampler import api
+
+    return api.sampler
+
+
+def sampling_case(
+    kernel: str,
+    dtype: torch.dtype,
+    V: int,
+    batch: int,
+    interface: Callable[[], Callable],
+    peer_interfaces: Callable[[], dict[str, Callable]] = dict,
+) -> BenchCase:
+    """A decode-step case of an interface with the sampler's signature and contract (the sampler,
+    fused_sample): random logits, per-request top-k / top-p / temperature and counters. interface()
+    returns the function timed, peer_interfaces() other such functions timed beside the references
+    (both resolved on first use, so collecting cases imports no backend)."""
     dname = str(dtype).removeprefix("torch.")
     case_id = f"{dname}_b{batch}_v{V}_k{TOP_K}_p{TOP_P}"
     compiled: list[Any] = []
 
     def make(device: torch.device, k: int) -> Workload:
-        from kernels.sampler import api, ref
+        from kernels.sampler import ref
 
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
         logits = (torch.randn((batch, V), generator=gen, device=device) * 4).to(dtype)
@@ -59,22 +76,22 @@ def _case(dtype: torch.dtype, V: int, batch: int) -> BenchCase:
             return torch.full((batch,), value, dtype=dt, device=device)
 
         params = (full(TEMPERATURE), full(TOP_K, torch.int64), full(TOP_P), full(0.0), seed, offset)
-        out = (torch.empty((batch,), dtype=torch.int64, device=device), None, torch.empty((batch,), dtype=torch.bool, device=device))
 
-        def fn():
-            return api.sampler(logits, *params, out=out)
+        def timed(fn: Callable) -> Callable[[], Any]:
+            """fn on this case's inputs, writing outputs of its own (allocated once, here)."""
+            out = (torch.empty((batch,), dtype=torch.int64, device=device), None, torch.empty((batch,), dtype=torch.bool, device=device))
+            return lambda: fn(logits, *params, out=out)
 
         if not compiled:
             compiled.append(torch.compile(ref.sampler_ref, dynamic=False))
         compiled_ref = compiled[0]
-        return Workload(
-            fn=fn,
-            peers={"torch_eager": lambda: ref.sampler_ref(logits, *params), "torch_compile": lambda: compiled_ref(logits, *params)},
-        )
+        peers = {"torch_eager": lambda: ref.sampler_ref(logits, *params), "torch_compile": lambda: compiled_ref(logits, *params)}
+        peers.update({name: timed(fn) for name, fn in peer_interfaces().items()})
+        return Workload(fn=timed(interface()), peers=peers)
 
     read = batch * V * dtype.itemsize
     return BenchCase(
-        kernel=KERNEL,
+        kernel=kernel,
         case_id=case_id,
         params={"dtype": dname, "B": batch, "V": V, "top_k": TOP_K, "top_p": TOP_P, "temperature": TEMPERATURE},
         bytes_moved=read + batch * 9,
@@ -84,4 +101,4 @@ def _case(dtype: torch.dtype, V: int, batch: int) -> BenchCase:
 
 
 def cases() -> list[BenchCase]:
-    return [_case(dtype, V, b) for dtype, V, batches in SWEEPS for b in batches]
+    return [sampling_case(KERNEL, dtype, V, b, sampler_interface) for dtype, V, batches in SWEEPS for b in batches]

@@ -21,7 +21,7 @@ def _suite_test(name, test_file, suite, deps, size, tags = [], extra_args = []):
         tags = tags,
     )
 
-def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [], backend_deps = [], api_deps = [], test_deps = []):
+def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [], backend_deps = [], api_deps = [], test_deps = [], bench_deps = []):
     """Declares the targets of kernels/<name>/.
 
     Args:
@@ -32,6 +32,7 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [
       backend_deps: other packages' libraries cuda.py and asc.py use (shared TileLang helpers).
       api_deps: other packages' libraries the interface uses.
       test_deps: libraries <name>_test.py imports besides the package's own (shared test helpers).
+      bench_deps: libraries <name>_bench.py imports besides the package's own (shared cases).
     """
     native.package(default_visibility = ["//visibility:public"])
     torch = requirement("torch")
@@ -65,7 +66,7 @@ def tl_kernel(name, codegen_size = "medium", device_size = "large", ref_deps = [
         name = "bench_cases",
         srcs = [name + "_bench.py"],
         imports = [_ROOT],
-        deps = [":api", ":ref", "//platform:ops", "//testing:bench"],
+        deps = [":api", ":ref", "//platform:ops", "//testing:bench"] + bench_deps,
     )
     py_binary(
         name = name + "_bench",
