@@ -24,16 +24,17 @@ best entry, sums) into every peer's shared memory and meet at the cluster barrie
 folds the same _CLUSTER records in rank order and takes the same decision, so no block waits for a
 leader. One launch: grid B * _CLUSTER, clusters of _CLUSTER; no global atomics, no workspace.
 
-Phases (each ends with the exchange and the cluster barrier, reached by every block of the cluster
-whatever the row's mode):
-  phase 0       load: s for the chunk into shared memory (NaN and -inf stored as -inf); max of s with
-                the lowest id, and the finite count. Thread 0 of every block then settles the row
+Phases (each the row runs ends with the exchange and the cluster barrier; the row's mode decides
+which it runs, and every block of the cluster decides alike, so they skip the same ones):
+  phase 0       load: the chunk copied into shared memory (_COPY_UNROLL vectors a thread in flight),
+                then s in place (NaN and -inf stored as -inf); max of s with the lowest id, and the
+                finite count. Thread 0 of every block then settles the row
                 (decide_max of the sampler; rank 0 writes the outputs of empty and +inf rows).
   phases 1-4    top-k radix select over the order-preserving image of s, 8 bits a pass (per-lane
                 uint32 histograms: a block's bin holds at most _CHUNK counts).
-  phases 5-8    top-p radix select over the bits of w = expf(s - m) with q-mass histograms (a lane
-                replica holds at most _CHUNK / _REPLICAS * 2**20 < 2**32; block and cluster sums are
-                int64); phase 5 also sums Q.
+  phases 5-8    top-p radix select over the bits of w = expf(s - m) of the top-k survivors with
+                q-mass histograms (a lane replica holds at most _CHUNK / _REPLICAS * 2**20 < 2**32;
+                block and cluster sums are int64); phase 5 also sums Q.
   phase 9       the race among kept entries and the sum of w (the logprob's normaliser); rank 0
                 writes the outputs.
 
@@ -42,11 +43,13 @@ barrier planner treats the dynamic pool as one buffer, and would otherwise put a
 every read of s and every histogram atomic. A block takes 152 KiB of shared memory (33 static, 119
 dynamic), so an SM runs one block, and a GPU one cluster per 8 SMs.
 
-Speed and device behaviour are unverified: no GPU has run this kernel yet (it was written after the
-session's device time was spent). The design's bars are batch 1 <= 25 us and batch 128 <= 50 us
-for vocab 129280 with top-k and top-p on an H200; the first device run must also confirm that
-TileLang's launcher passes the cluster dimensions (without them every block is a cluster of one,
-and its stores to peer ranks are undefined behaviour).
+Only the radix passes exchange histogram bins; the others send the 32-entry tail of the record.
+Passes over shared memory read _BATCH entries a thread before using any, and run one of three
+loops (top-k digit, top-p mass, race) chosen outside the entry loop.
+
+Speed (H200, PERF.md): 55.9 us for one row of 129280 fp32 logits with top-k 50 and top-p 0.9, the
+same up to 16 rows (one wave of 16 clusters on 132 SMs); the interface sends batches past three
+waves to the sampler's kernel (one block a row), which is faster there.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -55,7 +58,7 @@ import tilelang
 import tilelang.language as T
 from tilelang.cuda.language.cluster import cluster_sync
 
-from kernels.fused_sample.ref import MAX_V, check_config, fused_sample_shipped_configs
+from kernels.fused_sample.ref import CLUSTER_BLOCKS, MAX_V, check_config, fused_sample_shipped_configs
 from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.cuda import (
     _BINS,
@@ -97,19 +100,24 @@ from kernels.sampler.ref import MASS_BITS
 __all__ = ["MAX_V", "fused_sample_shipped_configs", "fused_sample_tl"]
 
 # Blocks per row: the largest cluster every Hopper launch accepts without opting in.
-_CLUSTER = 8
+_CLUSTER = CLUSTER_BLOCKS
 # Entries of a chunk: s of 20480 entries is 80 KiB of shared memory; 8 chunks hold MAX_V.
 _CHUNK = MAX_V // _CLUSTER
 _THREADS = 512
 _WARPS = _THREADS // _WARP
-# Vectors a thread loads before using any, in the load phase (2 spill on sm_100a at 128 registers).
-_UNROLL = 1
+# Vectors a thread loads before storing any, in the load phase: its copy loop holds nothing else,
+# so they are all in flight at once (4 spill on sm_100a at 128 registers).
+_COPY_UNROLL = 2
+# Entries of s a thread reads before using any, in the passes over shared memory (_THREADS * _BATCH
+# divides _CHUNK, so a batch never reads past the chunk's buffer).
+_BATCH = 4
 # A block's record for its peers: the 256 bins, then its finite count or mass sum, best id, best key
 # and sum of w (the float32 ones as their bits), padded to whole warps (the copy's thread guard must
 # be warp-uniform: it holds a barrier).
 _R_ACC, _R_ID, _R_KEY, _R_SUM = _BINS, _BINS + 1, _BINS + 2, _BINS + 3
 _RECORD = _BINS + _WARP
 
+assert _CHUNK % (_THREADS * _BATCH) == 0
 assert _CHUNK * _CLUSTER == MAX_V and (_CHUNK // _REPLICAS) << MASS_BITS < 1 << 32
 
 
@@ -120,38 +128,49 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     check_config("fused_sample_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
 
+    # Each pass runs one of three loops (the phase decided outside the entry loop), and a thread
+    # reads _BATCH entries of s before using any: independent shared-memory loads in flight, not a
+    # chain of load, compare, atomic per entry.
     @T.macro
-    def visit(s, v, phase, sampled, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, w, bits, digit, acc, wsum, best_key, best_id, hist, replica):
-        """Folds entry v (s read back from shared memory) into this thread's part of the pass; ids
-        arrive in ascending order, so only a strictly larger key replaces an earlier best."""
+    def count_digit(s, prefix, mask, shift, bits, digit, hist, replica):
+        """Top-k pass: a finite s whose image matches the prefix counts in its digit's bin."""
         if s > -T.infinity("float32"):
-            if phase < _PHASE_TOP_P:
-                bits[0] = _ordered(s)
-                if (bits[0] & mask) == prefix:
-                    digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                    T.atomic_add(hist[replica + digit[0]], T.uint32(1))
-            else:
-                w[0] = T.exp(T.if_then_else(s == m, T.float32(0), s - m))
-                if phase == _PHASE_RACE:
-                    wsum[0] += w[0]
-                    if sampled != 0 and s >= tau_k and w[0] >= tau_p and w[0] >= min_p:
-                        noise_bits(v, keys, h)
-                        w[0] = w[0] / exponential_noise(h)
-                        if best_id[0] < 0 or w[0] > best_key[0]:
-                            best_key[0] = w[0]
-                            best_id[0] = v
-                elif s >= tau_k:
-                    q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
-                    acc[0] += q
-                    bits[0] = T.reinterpret("uint32", w[0])
-                    if q > T.int64(0) and (bits[0] & mask) == prefix:
-                        digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                        T.atomic_add(hist[replica + digit[0]], T.cast(q, "uint32"))
+            bits[0] = _ordered(s)
+            if (bits[0] & mask) == prefix:
+                digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                T.atomic_add(hist[replica + digit[0]], T.uint32(1))
 
     @T.macro
-    def load(x, v, j, sampled, t, sv, acc, best_key, best_id):
-        """Phase 0 for entry v (chunk slot j): s into shared memory, and the max and count."""
-        x32 = T.cast(x, "float32")
+    def weigh_mass(s, m, tau_k, prefix, mask, shift, w, bits, digit, acc, hist, replica):
+        """Top-p pass: a finite top-k survivor adds its mass q to the total and, when w matches the
+        prefix, to its digit's bin (the expf of the others is never needed)."""
+        if s > -T.infinity("float32") and s >= tau_k:
+            w[0] = T.exp(T.if_then_else(s == m, T.float32(0), s - m))
+            q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
+            acc[0] += q
+            bits[0] = T.reinterpret("uint32", w[0])
+            if q > T.int64(0) and (bits[0] & mask) == prefix:
+                digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                T.atomic_add(hist[replica + digit[0]], T.cast(q, "uint32"))
+
+    @T.macro
+    def race(s, v, sampled, m, tau_k, tau_p, min_p, keys, h, w, wsum, best_key, best_id):
+        """Race pass for entry v: w into the normaliser and, kept, its key w / E into the race; ids
+        arrive in ascending order, so only a strictly larger key replaces an earlier best."""
+        if s > -T.infinity("float32"):
+            w[0] = T.exp(T.if_then_else(s == m, T.float32(0), s - m))
+            wsum[0] += w[0]
+            if sampled != 0 and s >= tau_k and w[0] >= tau_p and w[0] >= min_p:
+                noise_bits(v, keys, h)
+                w[0] = w[0] / exponential_noise(h)
+                if best_id[0] < 0 or w[0] > best_key[0]:
+                    best_key[0] = w[0]
+                    best_id[0] = v
+
+    @T.macro
+    def load(x32, v, j, sampled, t, sv, acc, best_key, best_id):
+        """Phase 0 for entry v (chunk slot j, holding its logit x32): s into shared memory, and the
+        max and count."""
         # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
         s = T.if_then_else(x32 > -T.infinity("float32"), T.if_then_else(sampled != 0, x32 / t, x32), -T.infinity("float32"))
         sv[j] = s
@@ -196,7 +215,11 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             other_id = T.alloc_local((1,), "int32")
             incl = T.alloc_local((1,), "int64")
             count = T.alloc_local((1,), "int64")
-            buf = T.alloc_local((_UNROLL, vec), dtype)
+            buf = T.alloc_local((_COPY_UNROLL, vec), dtype)
+            batch = T.alloc_local((_BATCH,), "float32")
+            # Exchanges so far: the parity of the peer-record set a pass uses (passes a row skips
+            # exchange nothing, and every block of the cluster skips the same ones).
+            xchg = T.alloc_local((1,), "int32")
             sv = T.alloc_shared((_CHUNK,), "float32")
             # The sampler's per-lane histograms, of uint32 here: every atomic is a native 32-bit one.
             hist = T.alloc_shared((_REPLICAS * _REP_STRIDE,), "uint32", scope="shared")
@@ -226,6 +249,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 st[tx] = T.int64(0)
             if tx < _SF_SLOTS:
                 sf[tx] = T.float32(0)
+            xchg[0] = 0
             for phase in T.serial(_PHASES):
                 T.sync_threads()
                 mode = st[_ST_MODE]
@@ -237,39 +261,51 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 prefix = T.cast(st[_ST_PREFIX], "uint32")
                 mask = T.cast(st[_ST_MASK], "uint32")
                 shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
-                par = phase % 2
-                for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
-                    if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
-                        hist[i * _THREADS + tx] = T.uint32(0)
+                par = xchg[0] % 2
+                radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
+                if radix:
+                    for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
+                        if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
+                            hist[i * _THREADS + tx] = T.uint32(0)
                 acc[0] = T.int64(0)
                 wsum[0] = T.float32(0)
                 best_key[0] = -T.infinity("float32")
                 best_id[0] = -1
                 T.sync_threads()
                 if phase == _PHASE_MAX:
-                    for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL)):
-                        for u in T.unroll(_UNROLL):
-                            if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                    for r in T.serial(T.ceildiv(n_vec, _THREADS * _COPY_UNROLL)):
+                        for u in T.unroll(_COPY_UNROLL):
+                            if (r * _COPY_UNROLL + u) * _THREADS + tx < n_vec:
                                 for e in T.vectorized(vec):
-                                    buf[u, e] = logits[row, (first_vec + (r * _UNROLL + u) * _THREADS + tx) * vec + e]
-                        for u in T.unroll(_UNROLL):
-                            if (r * _UNROLL + u) * _THREADS + tx < n_vec:
-                                for e in T.unroll(vec):
-                                    load(buf[u, e], lo + ((r * _UNROLL + u) * _THREADS + tx) * vec + e, ((r * _UNROLL + u) * _THREADS + tx) * vec + e, sampled, t, sv, acc, best_key, best_id)
+                                    buf[u, e] = logits[row, (first_vec + (r * _COPY_UNROLL + u) * _THREADS + tx) * vec + e]
+                        for u in T.unroll(_COPY_UNROLL):
+                            if (r * _COPY_UNROLL + u) * _THREADS + tx < n_vec:
+                                for e in T.vectorized(vec):
+                                    sv[((r * _COPY_UNROLL + u) * _THREADS + tx) * vec + e] = T.cast(buf[u, e], "float32")
                     if vec > 1:
                         # The n_local % vec entries after the last whole vector (the last chunk only).
                         if tx < n_local - n_vec * vec:
-                            buf[0, 0] = logits[row, lo + n_vec * vec + tx]
-                            load(buf[0, 0], lo + n_vec * vec + tx, n_vec * vec + tx, sampled, t, sv, acc, best_key, best_id)
-                else:
-                    for i in T.serial(T.ceildiv(n_local, _THREADS) * active):
+                            sv[n_vec * vec + tx] = T.cast(logits[row, lo + n_vec * vec + tx], "float32")
+                    for i in T.serial(T.ceildiv(n_local, _THREADS)):
                         if i * _THREADS + tx < n_local:
-                            visit(sv[i * _THREADS + tx], lo + i * _THREADS + tx, phase, sampled, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
+                            load(sv[i * _THREADS + tx], lo + i * _THREADS + tx, i * _THREADS + tx, sampled, t, sv, acc, best_key, best_id)
+                else:
+                    # Slots from n_local up to the batch's end read as -inf: skipped by every pass.
+                    for i in T.serial(T.ceildiv(n_local, _THREADS * _BATCH) * active):
+                        for u in T.unroll(_BATCH):
+                            batch[u] = T.if_then_else((i * _BATCH + u) * _THREADS + tx < n_local, sv[(i * _BATCH + u) * _THREADS + tx], -T.infinity("float32"))
+                        for u in T.unroll(_BATCH):
+                            if phase < _PHASE_TOP_P:
+                                count_digit(batch[u], prefix, mask, shift, bits, digit, hist, lane * _REP_STRIDE)
+                            elif phase < _PHASE_RACE:
+                                weigh_mass(batch[u], m, tau_k, prefix, mask, shift, w, bits, digit, acc, hist, lane * _REP_STRIDE)
+                            else:
+                                race(batch[u], lo + (i * _BATCH + u) * _THREADS + tx, sampled, m, tau_k, tau_p, min_p_w, keys, h, w, wsum, best_key, best_id)
                 warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane)
                 T.sync_threads()
-                # This block's record: its bins summed over the lane replicas, its scalars folded in
-                # warp order.
-                if tx < _BINS:
+                # This block's record: its bins summed over the lane replicas (radix passes), its
+                # scalars folded in warp order.
+                if radix and tx < _BINS:
                     count[0] = T.int64(0)
                     for r in T.unroll(_REPLICAS):
                         count[0] += T.cast(hist[r * _REP_STRIDE + tx], "int64")
@@ -281,10 +317,15 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     record[_R_KEY] = T.cast(T.reinterpret("int32", best_key[0]), "int64")
                     record[_R_SUM] = T.cast(T.reinterpret("int32", wsum[0]), "int64")
                 T.sync_threads()
-                for p in T.serial(_CLUSTER):
-                    T.copy_cluster(record[0:_RECORD], gathered[par, rank, 0:_RECORD], dst_block=p)
-                cluster_sync()
-                if tx == 0:
+                if active != 0:
+                    if radix:
+                        for p in T.serial(_CLUSTER):
+                            T.copy_cluster(record[0:_BINS], gathered[par, rank, 0:_BINS], dst_block=p)
+                    for p in T.serial(_CLUSTER):
+                        T.copy_cluster(record[_BINS:_RECORD], gathered[par, rank, _BINS:_RECORD], dst_block=p)
+                    cluster_sync()
+                    xchg[0] += 1
+                if tx == 0 and active != 0:
                     # The cluster's scalars, folded in rank order by every block alike.
                     best_key[0] = -T.infinity("float32")
                     best_id[0] = -1
@@ -299,12 +340,12 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     elif phase == _PHASE_TOP_P:
                         st[_ST_TARGET] = st[_ST_P20] * acc[0]
                         st[_ST_REMAIN] = T.int64(0)
-                    elif phase == _PHASE_RACE and active != 0 and rank == 0:
+                    elif phase == _PHASE_RACE and rank == 0:
                         write_race(bx, row, logits, t, m, mode, best_id, wsum, w, st, token, logprob, empty)
+                if tx == 0:
                     st[_ST_REMAIN_IN] = st[_ST_REMAIN]
                 # A radix pass: thread i takes the cluster's bin 255 - i, and an inclusive scan over
                 # the threads gives each bin the count (or mass) of itself and all above it.
-                radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
                 if radix and tx < _BINS:
                     count[0] = T.int64(0)
                     for j in T.unroll(_CLUSTER):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 import types
 
 import pytest
@@ -151,6 +152,30 @@ def test_dispatch_by_vocabulary(monkeypatch, dtype, V, top_k_dtype, factory, vec
     assert args[7] is out[0] and args[8] is out[1] and args[9].dtype == torch.uint8
 
 
+@pytest.mark.ref
+def test_split_batch_limit(monkeypatch):
+    """Three waves of one 8-SM cluster per row: 48 rows on an H200's 132 SMs (16 clusters at once);
+    off CUDA one kernel serves every batch."""
+    props = types.SimpleNamespace(multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert api.split_batch_limit(torch.device("cuda", 0)) == 48
+    assert api.split_batch_limit(torch.device("cpu")) == sys.maxsize
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("B,factory", [(1, "fused_sample_tl"), (5, "fused_sample_tl"), (6, "sampler_tl")])
+def test_dispatch_by_batch(monkeypatch, B, factory):
+    """Batches up to split_batch_limit take the split kernel, larger ones the sampler's."""
+    ops = _RecordingOps()
+    monkeypatch.setattr(api, "is_host", lambda t: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, t: types.SimpleNamespace(ops=ops))
+    monkeypatch.setattr(api, "split_batch_limit", lambda device: 5)
+    V = 129280
+    api.fused_sample(torch.zeros(B, V), *mixed_params(B, V), return_logprobs=True, out=poisoned_out(B, "cpu"))
+    ((name, _, _),) = ops.calls
+    assert name == factory
+
+
 # ----------------------------------------------------------------------------------------------------
 # Codegen (CPU): every shipped configuration lowers, compiles and fits on chip.
 
@@ -198,9 +223,10 @@ def test_ascend_kernel_is_the_samplers():
 # ----------------------------------------------------------------------------------------------------
 # Device: fused_sample against the sampler's kernel and the reference, on the same device tensors.
 
-# Batches from one row (the vocabulary split's case) to more rows than SMs; vocabularies from one
+# Batches from one row (the vocabulary split's case) to the split kernel's largest on an H200 (48) and
+# more rows than SMs (the sampler's kernel serves them); vocabularies from one
 # column to the models' and one past MAX_V (the sampler's kernel serves it).
-DEVICE_BATCHES = [1, 3, 64, 200]
+DEVICE_BATCHES = [1, 3, 48, 200]
 DEVICE_VOCABS = [1, 7, 1000, 129280, 151936, ref.MAX_V + 1001]
 
 

@@ -33,6 +33,7 @@ from kernels.sampler.ref import (
 )
 
 __all__ = [
+    "CLUSTER_BLOCKS",
     "DTYPES",
     "MASS_BITS",
     "MAX_V",
@@ -46,8 +47,10 @@ __all__ = [
 
 fused_sample_ref = sampler_ref
 
-# The largest vocabulary the split kernel holds on chip: 8 blocks (one cluster) x 20480 entries.
-MAX_V = 8 * 20480
+# Blocks of the split kernel's cluster, one per SM (the largest cluster every Hopper launch accepts).
+CLUSTER_BLOCKS = 8
+# The largest vocabulary the split kernel holds on chip: one cluster x 20480 entries.
+MAX_V = CLUSTER_BLOCKS * 20480
 
 
 def fused_sample_shipped_configs() -> list[tuple[str, int, str]]:

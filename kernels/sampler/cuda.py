@@ -24,29 +24,35 @@ float32 sum has this kernel's own (fixed) order.
 B, V and the row stride are dynamic: one compile per (dtype, vec). B >= 1 (the interface launches
 nothing otherwise).
 
-One block of _THREADS threads per row (grid = B) runs _PHASES passes over its row, each re-reading
-it (s and w are recomputed on the fly, nothing of the row is stored); a pass that does not apply to
+One block of _THREADS threads per row (grid = B) runs _PHASES passes; a pass that does not apply to
 the row has a trip count of 0, so every barrier is reached by every thread:
-  phase 0       max of s with the lowest id holding it, and the count of finite entries. Thread 0
-                then settles empty rows, rows holding +inf and the row's filter parameters.
+  phase 0       over the row: max of s with the lowest id holding it, and the count of finite
+                entries. Thread 0 then settles empty rows, rows holding +inf and the row's filters.
   phases 1-4    top-k (sampled rows with 0 < k < V and k <= the finite count; a larger k keeps every
-                finite entry): radix select of the k-th largest s over an order-preserving uint32
-                image of s, 8 bits a pass, counting entries in shared-memory histograms (integer
-                atomics: exact in any order; one histogram per lane, summed after the pass).
+                finite entry): radix select of the k-th largest x (the logit), 8 bits a pass, over
+                an order-preserving uint32 image, counting entries in shared-memory histograms
+                (integer atomics: exact in any order; one histogram per lane, summed after the
+                pass). No division: s = x / t never decreases as x grows, so the k-th largest s is
+                that x's s, and x_threshold turns every later test s >= tau into x >= its x.
+                Phase 3 (_PHASE_COMPACT) is the last pass over the row: besides its digit it sums
+                w (the logprob's normaliser) and appends the candidates, every entry whose x reaches
+                the bin of the first two digits, to shared memory. When at most _CAP are appended
+                (random logits: about k) phases 4-9 read the candidates, not the row; otherwise
+                (many equal logits) they read the row as without top-k.
   phases 5-8    top-p (sampled rows with top_p < 1 and P20 > 0; P20 = 0 keeps w >= 1 without a
                 pass): radix select over the bits of w (non-negative floats order like their bits)
-                with int64 q-mass histograms; phase 5 also sums Q. After each radix pass the first
-                256 threads take a bin each (from the top) and scan them; the thread whose bin holds
-                the target extends the prefix.
-  phase 9       the race among kept entries (sampled rows) and the sum of w over finite entries
-                (the logprob's normaliser); thread 0 writes the outputs.
-Greedy rows run phases 0 and 9 only. Block reductions: shuffle butterflies per warp, then the
-per-warp results from shared memory folded in warp order by thread 0.
+                with int64 q-mass histograms over the top-k survivors; phase 5 also sums Q. After
+                each radix pass the first 256 threads take a bin each (from the top) and scan them;
+                the thread whose bin holds the target extends the prefix.
+  phase 9       the race among kept entries (sampled rows) and, unless the compaction pass took it,
+                the sum of w over finite entries; thread 0 writes the outputs.
+Greedy rows run phases 0 and 9 only; sampled rows with top-k read the row 4 times (phases 0-3),
+without it 2 times plus one per top-p digit. Block reductions: shuffle butterflies per warp, then
+the per-warp results from shared memory folded in warp order by thread 0.
 
-Speed (H200, see PERF.md): every pass streams the whole row from one block, so a row costs about
-ten reads of it at one SM's share of the memory system; the next steps are fewer passes (a pass
-that compacts the few entries left after top-k into shared memory) and the vocabulary split of
-fused_sample for small batches.
+Speed (H200, PERF.md): 247 us a row at B = 1 and 275 us at B = 128 (V 129280, top-k 50, top-p 0.9),
+each pass at one SM's share of the memory system; the vocabulary split of fused_sample serves small
+batches.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -84,16 +90,26 @@ _PHASE_TOP_K = 1
 _PHASE_TOP_P = _PHASE_TOP_K + _DIGITS
 _PHASE_RACE = _PHASE_TOP_P + _DIGITS
 _PHASES = _PHASE_RACE + 1
+# The digit-3 pass of top-k also compacts the row's candidates into shared memory (every entry
+# with x >= the smallest x whose s reaches the 16-bit prefix's bin): the later passes read them
+# instead of the row while at most _CAP fit; more (many equal logits) keep reading the row.
+_PHASE_COMPACT = _PHASE_TOP_K + 2
+_CAP = 2048
+# Image (_ordered) of the lowest finite float32, -FLT_MAX; images below it are -inf and NaNs.
+_LOWEST = 0x00800000
 # Row modes decided after phase 0.
 _DONE, _GREEDY, _SAMPLED = 0, 1, 2
 # Slots of the shared int64 state thread 0 writes and every thread reads after a barrier.
 # _ST_REMAIN_IN is _ST_REMAIN as a radix pass found it: the bin scan reads it while the bin's
 # thread writes the next _ST_REMAIN.
-_ST_MODE, _ST_BEST, _ST_TOP_K_ON, _ST_TOP_P_ON, _ST_PREFIX, _ST_MASK, _ST_REMAIN, _ST_P20, _ST_TARGET, _ST_REMAIN_IN = range(10)
-_ST_SLOTS = 10
-# Slots of the shared float32 state: the row max of s and the three keep thresholds.
-_SF_MAX, _SF_TAU_K, _SF_TAU_P, _SF_MIN_P = range(4)
-_SF_SLOTS = 4
+# _ST_COMPACT (sampler only): 1 once the candidates fit in shared memory.
+_ST_MODE, _ST_BEST, _ST_TOP_K_ON, _ST_TOP_P_ON, _ST_PREFIX, _ST_MASK, _ST_REMAIN, _ST_P20, _ST_TARGET, _ST_REMAIN_IN, _ST_COMPACT = range(11)
+_ST_SLOTS = 11
+# Slots of the shared float32 state: the row max of s and the three keep thresholds; sampler
+# only: _SF_WSUM the sum of w the compaction pass took over the whole row, _SF_CUT the phase's
+# threshold on x.
+_SF_MAX, _SF_TAU_K, _SF_TAU_P, _SF_MIN_P, _SF_WSUM, _SF_CUT = range(6)
+_SF_SLOTS = 6
 _SIGN = 0x80000000
 _ALL = 0xFFFFFFFF
 
@@ -112,6 +128,23 @@ def _unordered(u):
 
 
 @T.macro
+def x_threshold(x_hi, t, lo, hi):
+    """hi[0] := the image (_ordered) of the smallest float32 x with x / t >= x_hi / t (IEEE
+    division, 0 < t < inf; x_hi finite, or -inf: then -inf). s = x / t never decreases as x grows,
+    so {x : s >= x_hi / t} is every x from that one up: a threshold on s read as one on x. Found by
+    bisection over the images from -FLT_MAX's up to x_hi's (32 steps cover them all)."""
+    lo[0] = T.uint32(_LOWEST)
+    hi[0] = _ordered(x_hi)
+    for _ in T.serial(32):
+        if lo[0] < hi[0]:
+            mid = lo[0] + ((hi[0] - lo[0]) >> T.uint32(1))
+            if _unordered(mid) / t >= x_hi / t:
+                hi[0] = mid
+            else:
+                lo[0] = mid + T.uint32(1)
+
+
+@T.macro
 def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, write):
     """Thread 0 after phase 0, given the row's max of s (best_key, lowest id best_id) and finite count
     acc: outputs of empty and +inf rows (when write != 0: one block of a row writes); the mode and
@@ -123,6 +156,7 @@ def decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, b
     st[_ST_MASK] = T.int64(0)
     sf[_SF_MAX] = best_key[0]
     sf[_SF_TAU_K] = -T.infinity("float32")
+    sf[_SF_CUT] = -T.infinity("float32")
     sf[_SF_TAU_P] = T.float32(0)
     sf[_SF_MIN_P] = T.float32(0)
     if best_id[0] < 0:
@@ -274,43 +308,64 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
 
     @T.macro
-    def visit(val, v, phase, sampled, t, m, tau_k, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, replica):
-        """Folds entry v (value val) into this thread's part of the phase's work; ids arrive in
-        ascending order, so only a strictly larger key replaces an earlier best."""
+    def visit(val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, replica, ncand, cand_x, cand_id):
+        """Folds entry v (logit val) into this thread's part of the phase's work; compact (a
+        constant): 1 where it comes from the candidates, 0 from the row. Top-k and top-p
+        test x against cut (the x threshold of their s threshold, x_threshold), so only the
+        entries they keep pay for s = x / t and expf."""
         x32 = T.cast(val, "float32")
         # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
         if x32 > -T.infinity("float32"):
-            s[0] = x32
-            if sampled != 0:
-                s[0] = x32 / t
             if phase == _PHASE_MAX:
+                s[0] = x32
+                if sampled != 0:
+                    s[0] = x32 / t
                 acc[0] += T.int64(1)
+                # Ids arrive in ascending order (the row, not candidates): a strictly larger s wins.
                 if best_id[0] < 0 or s[0] > best_key[0]:
                     best_key[0] = s[0]
                     best_id[0] = v
             elif phase < _PHASE_TOP_P:
+                # Radix select of the k-th largest x: s = x / t never decreases as x grows, so the
+                # k-th largest s is that x's s (x_threshold reads it back as a threshold on x).
                 # Through a local: the index analysis cannot see through uint32 arithmetic.
-                bits[0] = _ordered(s[0])
+                bits[0] = _ordered(x32)
                 if (bits[0] & mask) == prefix:
                     digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
                     T.atomic_add(hist[replica + digit[0]], T.int64(1))
-            else:
-                w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
-                if phase == _PHASE_RACE:
-                    wsum[0] += w[0]
-                    if sampled != 0 and s[0] >= tau_k and w[0] >= tau_p and w[0] >= min_p:
-                        noise_bits(v, keys, h)
-                        s[0] = w[0] / exponential_noise(h)
-                        if best_id[0] < 0 or s[0] > best_key[0]:
-                            best_key[0] = s[0]
-                            best_id[0] = v
-                elif s[0] >= tau_k:
+                if compact == 0 and phase == _PHASE_COMPACT:
+                    # The last pass over the whole row: the logprob's normaliser, and the candidates.
+                    s[0] = x32 / t
+                    wsum[0] += T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
+                    # A thread whose slot fell past _CAP (the row falls back to passes over itself)
+                    # appends no more: an all-equal row would otherwise put every entry on one
+                    # counter. The count still ends above _CAP: that append was counted.
+                    if x32 >= cut and slot[0] < _CAP:
+                        slot[0] = T.atomic_add(ncand[0], 1, return_prev=True)
+                        if slot[0] < _CAP:
+                            cand_x[slot[0]] = x32
+                            cand_id[slot[0]] = v
+            elif phase < _PHASE_RACE:
+                if x32 >= cut:
+                    s[0] = x32 / t
+                    w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
                     q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
                     acc[0] += q
                     bits[0] = T.reinterpret("uint32", w[0])
                     if q > T.int64(0) and (bits[0] & mask) == prefix:
                         digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
                         T.atomic_add(hist[replica + digit[0]], q)
+            else:
+                s[0] = x32
+                if sampled != 0:
+                    s[0] = x32 / t
+                w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
+                if compact == 0:
+                    wsum[0] += w[0]
+                if sampled != 0 and x32 >= cut and w[0] >= tau_p and w[0] >= min_p:
+                    noise_bits(v, keys, h)
+                    # Candidates arrive in no order: ties go to the lower id explicitly.
+                    take_if_better(best_key, best_id, w[0] / exponential_noise(h), v)
 
     @T.prim_func
     def sampler(
@@ -336,6 +391,9 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             w = T.alloc_local((1,), "float32")
             bits = T.alloc_local((1,), "uint32")
             digit = T.alloc_local((1,), "int32")
+            slot = T.alloc_local((1,), "int32")
+            lo = T.alloc_local((1,), "uint32")
+            hi = T.alloc_local((1,), "uint32")
             acc = T.alloc_local((1,), "int64")
             wsum = T.alloc_local((1,), "float32")
             best_key = T.alloc_local((1,), "float32")
@@ -353,6 +411,9 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             red_sum = T.alloc_shared((_WARPS,), "float32")
             st = T.alloc_shared((_ST_SLOTS,), "int64")
             sf = T.alloc_shared((_SF_SLOTS,), "float32")
+            ncand = T.alloc_shared((1,), "int32", scope="shared")
+            cand_x = T.alloc_shared((_CAP,), "float32", scope="shared")
+            cand_id = T.alloc_shared((_CAP,), "int32", scope="shared")
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
             T.assume(S % vec == 0)
             noise_row_keys(seed[bx], offset[bx], keys)
@@ -363,18 +424,34 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 st[tx] = T.int64(0)
             if tx < _SF_SLOTS:
                 sf[tx] = T.float32(0)
+            if tx == 0:
+                ncand[0] = 0
             n_vec = V // vec
             for phase in T.serial(_PHASES):
                 T.sync_threads()
                 mode = st[_ST_MODE]
                 active = phase_active(phase, mode, st)
+                compact = T.cast(st[_ST_COMPACT], "int32")
+                n_cand = T.min(ncand[0], _CAP)
                 m = sf[_SF_MAX]
-                tau_k = sf[_SF_TAU_K]
                 tau_p = sf[_SF_TAU_P]
                 min_p_w = sf[_SF_MIN_P]
                 prefix = T.cast(st[_ST_PREFIX], "uint32")
                 mask = T.cast(st[_ST_MASK], "uint32")
                 shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
+                if tx == 0:
+                    if phase == _PHASE_COMPACT and active != 0:
+                        # The lowest x whose s reaches the bin of the two digits found so far: the
+                        # k-th largest x is in that bin, so every entry top-k keeps is a candidate.
+                        x_threshold(_unordered(T.max(prefix, T.uint32(_LOWEST))), t, lo, hi)
+                        sf[_SF_CUT] = _unordered(hi[0])
+                    if phase == _PHASE_TOP_P and st[_ST_TOP_K_ON] != 0:
+                        x_threshold(sf[_SF_TAU_K], t, lo, hi)
+                        sf[_SF_CUT] = _unordered(hi[0])
+                T.sync_threads()
+                # The x threshold of the phase (x_threshold): from the compaction pass on, the
+                # lowest candidate; from the first top-p pass on, top-k's own; -inf before.
+                cut = sf[_SF_CUT]
                 for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
                     if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
                         hist[i * _THREADS + tx] = T.int64(0)
@@ -382,8 +459,9 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 wsum[0] = T.float32(0)
                 best_key[0] = -T.infinity("float32")
                 best_id[0] = -1
+                slot[0] = 0
                 T.sync_threads()
-                for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL) * active):
+                for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL) * active * (1 - compact)):
                     for u in T.unroll(_UNROLL):
                         if (r * _UNROLL + u) * _THREADS + tx < n_vec:
                             for e in T.vectorized(vec):
@@ -391,22 +469,30 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     for u in T.unroll(_UNROLL):
                         if (r * _UNROLL + u) * _THREADS + tx < n_vec:
                             for e in T.unroll(vec):
-                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
+                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
                 if vec > 1:
                     # The V % vec entries after the last whole vector: ids above all of the loop's.
-                    if active != 0 and tx < V - n_vec * vec:
+                    if active != 0 and compact == 0 and tx < V - n_vec * vec:
                         buf[0, 0] = logits[row, n_vec * vec + tx]
-                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, t, m, tau_k, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE)
+                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
+                for i in T.serial(T.ceildiv(n_cand, _THREADS) * active * compact):
+                    if i * _THREADS + tx < n_cand:
+                        visit(cand_x[i * _THREADS + tx], cand_id[i * _THREADS + tx], phase, sampled, 1, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
                 warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane)
                 T.sync_threads()
                 if tx == 0:
                     block_fold(_WARPS, best_key, best_id, acc, wsum, red_key, red_id, red_acc, red_sum)
                     if phase == _PHASE_MAX:
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, 1)
+                    elif phase == _PHASE_COMPACT and active != 0:
+                        sf[_SF_WSUM] = wsum[0]
+                        st[_ST_COMPACT] = T.cast(ncand[0] <= _CAP, "int64")
                     elif phase == _PHASE_TOP_P:
                         st[_ST_TARGET] = st[_ST_P20] * acc[0]
                         st[_ST_REMAIN] = T.int64(0)
                     elif phase == _PHASE_RACE and active != 0:
+                        if compact != 0:
+                            wsum[0] = sf[_SF_WSUM]
                         write_race(bx, row, logits, t, m, mode, best_id, wsum, s, st, token, logprob, empty)
                     st[_ST_REMAIN_IN] = st[_ST_REMAIN]
                 # A radix pass: thread i takes bin 255 - i summed over the replicas, and an inclusive

@@ -19,7 +19,8 @@ end=$(( t0 + ${BUDGET:-540} ))
 bench() {  # gpu kernel
     local left=$(( end - $(date +%s) ))
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
-    CUDA_VISIBLE_DEVICES=$1 timeout $left python3 -m testing.benchmark --kernels $2 --refresh-baselines --refresh-memory \
+    # SIGABRT at the cut makes faulthandler print where each thread was (a stalled case shows itself).
+    CUDA_VISIBLE_DEVICES=$1 timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $2 --refresh-baselines --refresh-memory \
       --json $OUT/bench_$2.json > $OUT/bench_$2.log 2>&1
     echo "gpu$1 $2: rc $? $(grep -E '^RESULT' $OUT/bench_$2.log)"
 }
