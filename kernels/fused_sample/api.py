@@ -42,19 +42,20 @@ from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_refe
 
 __all__ = ["fused_sample", "split_batch_limit"]
 
-# Waves of clusters the split kernel may take: on an H200 (132 SMs, 16 clusters at once) it took
-# 56 us a wave and the sampler's kernel 250 us for any B up to 64 (fp32, V 129280, top-k 50 and
-# top-p 0.9): 3 waves (B <= 48) win, 4 (278 us at B 64) lose.
-_SPLIT_WAVES = 3
+# Rows per cluster-sized group of SMs the split kernel may take (the limit is this times SMs // 8).
+# On an H200 (132 SMs), fp32 V 129280 with top-k 50 and top-p 0.9, the split kernel took 83 / 123 /
+# 162 / 201 / 256 / 301 us at B = 16 / 32 / 48 / 64 / 80 / 96 and the sampler's kernel 248-256 us
+# up to B = 80: the split wins up to B = 64 = 4 * 16 and ties at 80 (kernels/fused_sample/PERF.md).
+_SPLIT_ROWS_PER_GROUP = 4
 
 
 def split_batch_limit(device: torch.device) -> int:
-    """The largest batch the split (cluster) kernel takes on `device`: _SPLIT_WAVES waves of one
-    cluster of ref.CLUSTER_BLOCKS SMs per row. Off CUDA there is one kernel, so no limit. Reads
-    cached device properties: no host sync."""
+    """The largest batch the split (cluster) kernel takes on `device`: _SPLIT_ROWS_PER_GROUP rows per
+    ref.CLUSTER_BLOCKS SMs (64 on an H200). Off CUDA there is one kernel, so no limit. Reads cached
+    device properties: no host sync."""
     if device.type != "cuda":
         return sys.maxsize
-    return _SPLIT_WAVES * (torch.cuda.get_device_properties(device).multi_processor_count // ref.CLUSTER_BLOCKS)
+    return _SPLIT_ROWS_PER_GROUP * (torch.cuda.get_device_properties(device).multi_processor_count // ref.CLUSTER_BLOCKS)
 
 
 def fused_sample(

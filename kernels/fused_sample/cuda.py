@@ -54,8 +54,8 @@ Passes over shared memory read _BATCH entries a thread before using any, and run
 loops (top-k digit, top-p mass, race) chosen outside the entry loop.
 
 Speed (H200, PERF.md): 44.5 us for one row of 129280 fp32 logits with top-k 50 and top-p 0.9, the
-same up to 16 rows (one wave of 16 clusters on 132 SMs); the interface sends batches past three
-waves to the sampler's kernel (one block a row), which is faster there.
+same up to 8 rows (one wave of clusters on 132 SMs); the interface sends batches past 64 rows to
+the sampler's kernel (one block a row), which is faster there.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name

@@ -154,11 +154,10 @@ def test_dispatch_by_vocabulary(monkeypatch, dtype, V, top_k_dtype, factory, vec
 
 @pytest.mark.ref
 def test_split_batch_limit(monkeypatch):
-    """Three waves of one 8-SM cluster per row: 48 rows on an H200's 132 SMs (16 clusters at once);
-    off CUDA one kernel serves every batch."""
+    """Four rows per 8 SMs: 64 rows on an H200's 132 SMs; off CUDA one kernel serves every batch."""
     props = types.SimpleNamespace(multi_processor_count=132)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-    assert api.split_batch_limit(torch.device("cuda", 0)) == 48
+    assert api.split_batch_limit(torch.device("cuda", 0)) == 64
     assert api.split_batch_limit(torch.device("cpu")) == sys.maxsize
 
 
@@ -223,10 +222,10 @@ def test_ascend_kernel_is_the_samplers():
 # ----------------------------------------------------------------------------------------------------
 # Device: fused_sample against the sampler's kernel and the reference, on the same device tensors.
 
-# Batches from one row (the vocabulary split's case) to the split kernel's largest on an H200 (48) and
+# Batches from one row (the vocabulary split's case) to the split kernel's largest on an H200 (64) and
 # more rows than SMs (the sampler's kernel serves them); vocabularies from one
 # column to the models' and one past MAX_V (the sampler's kernel serves it).
-DEVICE_BATCHES = [1, 3, 48, 200]
+DEVICE_BATCHES = [1, 3, 64, 200]
 DEVICE_VOCABS = [1, 7, 1000, 129280, 151936, ref.MAX_V + 1001]
 
 
