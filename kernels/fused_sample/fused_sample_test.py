@@ -27,6 +27,7 @@ from kernels.sampler.sampler_testlib import (
     I64,
     INF,
     assert_device_matches_ref,
+    assert_graph_replays,
     bad_inputs,
     counters,
     device_logits,
@@ -312,24 +313,4 @@ def test_device_cuda_graph_replay(device, backend, B):
     # Captured once, replayed with new logits, parameters and counters: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
-    V = 129280
-    logits = torch.zeros(B, V, dtype=torch.bfloat16, device=device)
-    params = tuple(torch.zeros_like(p) for p in mixed_params(B, V, device))
-    out = poisoned_out(B, device)
-
-    def call():
-        api.fused_sample(logits, *params, return_logprobs=True, out=out)
-
-    call()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    for _ in range(3):
-        logits.copy_(torch.randn(B, V, device=device) * 3)
-        for dst, src in zip(params, mixed_params(B, V, device)):
-            dst.copy_(src)
-        out[0].fill_(torch.iinfo(I64).min)
-        out[1].fill_(math.nan)
-        out[2].fill_(True)
-        graph.replay()
-        _assert_matches(sampler_api.SamplerOutput(*out), logits, params)
+    assert_graph_replays(api.fused_sample, B, device, lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params))

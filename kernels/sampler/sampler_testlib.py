@@ -114,3 +114,31 @@ def assert_device_matches_ref(got, logits, params):
     if got.logprobs is not None:
         # The normalising float32 sum is the one value whose order is the backend's.
         assert torch.allclose(got.logprobs, logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs"
+
+
+def assert_graph_replays(interface, B: int, device, check) -> None:
+    """interface(logits, *params, return_logprobs=True, out=out) captured once in a CUDA graph over
+    zeroed bfloat16 logits of the models' vocabulary, then replayed 3 times with new logits,
+    parameters and counters written into the captured tensors and poisoned outputs; check(out,
+    logits, params) after each replay: every call of a decode step."""
+    V = 129280
+    logits = torch.zeros(B, V, dtype=torch.bfloat16, device=device)
+    params = tuple(torch.zeros_like(p) for p in mixed_params(B, V, device))
+    out = poisoned_out(B, device)
+
+    def call():
+        interface(logits, *params, return_logprobs=True, out=out)
+
+    call()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(3):
+        logits.copy_(torch.randn(B, V, device=device) * 3)
+        for dst, src in zip(params, mixed_params(B, V, device)):
+            dst.copy_(src)
+        out[0].fill_(torch.iinfo(I64).min)
+        out[1].fill_(math.nan)
+        out[2].fill_(True)
+        graph.replay()
+        check(out, logits, params)
