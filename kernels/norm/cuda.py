@@ -52,7 +52,10 @@ read from the tensor at launch; y (t, D) of `dtype`, only with with_y. `group` i
 token) or 16/32/64/128 dividing D; ue8m0 rounds scales up to powers of two. The load, residual add
 and rsqrt are the norm's (same macros); then each thread rounds (x * r) * w to dtype into the
 registers that held x (and stores it when with_y: a static argument because it only adds a store
-and y's argument, the body is the same), and finishes one group at a time: the group's amax
+and y's argument, the body is the same). The plain variant, where its register cap is at least
+_WIDE_ROW_REGISTERS, widens its row to fp32 as it loads and keeps y there, rounded to dtype and
+widened back, so no later pass converts (the kernel is issue-bound: 110 -> 104 us at 16384 x 7168
+bf16 on the H200); the fused variant, which holds x and residual at once, keeps them packed. Each thread finishes one group at a time: the group's amax
 (fmaxf, NaN-free) over its elements in the thread, a shuffle-xor butterfly over the group's lanes,
 and, for groups of whole warps (narrow vectors, or one scale per token in rows of several warps),
 one shared-memory exchange and barrier; then the scale, 1 / scale and the e4m3 codes, every step
@@ -241,8 +244,9 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
 
     @T.macro
     def load_step(src, row, lane, buf, s):
+        # An fp32 buf (the plain FP8 variant's row) widens the vector as it lands.
         for v in T.vectorized(vec):
-            buf[s, v] = src[row, (lane + s * tpr) * vec + v]
+            buf[s, v] = T.cast(src[row, (lane + s * tpr) * vec + v], buf.dtype)
 
     @T.macro
     def load_row(src, row, lane, buf):
@@ -427,6 +431,11 @@ FP8_DTYPE = "float8_e4m3"
 # addresses live, which at 64 registers spills a few words on sm_100a; about 85 registers (768
 # threads, each with the same row in flight as the norm: 3/4 of its bytes in flight per SM) do not.
 _FP8_RESIDENT_THREADS = 768
+# Register cap a plain FP8 kernel needs to hold its row widened to fp32 (up to 32 registers of row
+# data) without spilling: shapes at 768 resident threads get 85-96; 1024 resident threads (rows of
+# 512 or 1024 threads) get 64, which spills on sm_100a, so those keep their row packed.
+_WIDE_ROW_REGISTERS = 80
+_REGISTERS_PER_SM = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -580,11 +589,14 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     def normalise_step(weight, y, row, lane, buf, inv, wbuf, s, prefetched):
         if not prefetched:
             load_weight_step(weight, lane, wbuf, s)
+        # y rounded to dtype; an fp32 buf keeps it widened back (exact).
         for v in T.vectorized(vec):
-            buf[s, v] = T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[s, v], "float32"), dtype)
+            buf[s, v] = T.cast(
+                T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[s, v], "float32"), dtype), buf.dtype
+            )
         if with_y:
             for v in T.vectorized(vec):
-                y[row, (lane + s * tpr) * vec + v] = buf[s, v]
+                y[row, (lane + s * tpr) * vec + v] = T.cast(buf[s, v], dtype)
 
     @T.macro
     def normalise_row(weight, y, row, lane, buf, inv, wbuf, prefetched):
@@ -708,6 +720,12 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
+    # The plain variant widens its row once, as it loads, and keeps y in fp32 (rounded to dtype):
+    # the norm, amax and quantise passes then convert nothing (the kernel is issue-bound, and each
+    # widening of a packed row costs an instruction per element), where the register cap leaves
+    # room for it. The fused variant holds x and residual at once and keeps them packed.
+    wide = not residual and _REGISTERS_PER_SM // (cfg.threads * cfg.min_blocks_per_sm) >= _WIDE_ROW_REGISTERS
+    row_dtype = "float32" if wide else dtype
 
     @T.macro
     def body(x, residual, weight, q, scale, y):
@@ -717,7 +735,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
-            buf = T.alloc_local((steps, vec), dtype)
+            buf = T.alloc_local((steps, vec), row_dtype)
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
             # Its own buffer: threads may still read `red` when the first lanes publish their amax.
