@@ -25,7 +25,9 @@ transcription of formats.py: fmaxf amax (NaN ignored), the floor, an IEEE divisi
 maximum, UE8M0 by integer bit arithmetic, one IEEE reciprocal per group, one multiply per element,
 a saturating round-to-nearest-even conversion (e4m3: +-Inf and overflow to +-448, NaN kept) or the
 e2m1 encoder. No fused multiply-add can form (the encoder's one addition follows an fmaxf), no
-fast-math. The results are bit-exact against the reference.
+fast-math. The results are bit-exact against the reference. One step differs in form, not in
+value: e2m1 codes decode through fp32 denormals (tl_formats.e2m1_value_denormal, exact; the kernels
+keep denormals since they never use fast-math).
 
 t (and n) are dynamic: one compiled kernel serves every batch size; every global offset is 64-bit.
 t == 0 must not be launched (a CUDA grid cannot be empty).
@@ -645,7 +647,7 @@ def _dequant_fp4_body(name: str, D: int, x_align: int, nvfp4: bool):
 def _fp4_scaled(byte, odd, sc, gs, nvfp4: bool):
     """The fp32 value of one nibble times its scale(s): (value * s8) * gs, or value * 2**(e - 127)."""
     code = T.if_then_else(odd == 1, byte >> T.uint8(4), byte & T.uint8(15))
-    value = F.e2m1_value(code) * sc
+    value = F.e2m1_value_denormal(code) * sc
     return value * gs if nvfp4 else value
 
 

@@ -12,6 +12,7 @@ bytes_moved, the minimum DRAM traffic of one call (inputs read + outputs written
   quant_fp8_block  N*K*2 + N*K + ceil(N/128)*ceil(K/128)*4
   quant_fp4    T*D*2 + T*D/2 (packed) + T*D/g (one byte per scale) [+ 4, the global scale]
   dequant_fp8  T*D (q) + T*(D/g)*4 + T*D*2 (y)
+  dequant_fp4  T*D/2 (packed) + T*D/g (scales) [+ 4] + T*D*2 (y)
 Every input set has its own x (distinct data, so L2 never serves a previous set's rows; the timer
 rotates through enough sets that their inputs exceed 2 x L2) and its own outputs.
 """
@@ -38,6 +39,8 @@ _CASES = [
     ("fp4_e4m3", 16384, 7168, 16, {}),
     ("fp4_ue8m0", 16384, 7168, 32, {}),
     ("dequant_fp8", 16384, 7168, 128, {}),
+    ("dequant_fp4_e4m3", 16384, 7168, 16, {}),
+    ("dequant_fp4_ue8m0", 16384, 7168, 32, {}),
 ] + [("fp8", t, 7168, 128, {}) for t in (1, 8, 64, 256)]
 
 
@@ -54,6 +57,9 @@ def _bytes(op: str, t: int, d: int, g: int) -> tuple[int, int]:
     if op.startswith("fp4"):
         extra = 4 if op == "fp4_e4m3" else 0
         return t * d * 2 + t * d // 2 + t * d // g + extra, t * d * 2 + extra
+    if op.startswith("dequant_fp4"):
+        inputs = t * d // 2 + t * d // g + (4 if op == "dequant_fp4_e4m3" else 0)
+        return inputs + t * d * 2, inputs
     return t * d + t * (d // g) * 4 + t * d * 2, t * d + t * (d // g) * 4  # dequant_fp8
 
 
@@ -86,6 +92,17 @@ def _case(op: str, t: int, d: int, g: int, options: dict) -> BenchCase:
             p, s = api.quant_fp4(x, scale_format="ue8m0")
             fn = lambda: api.quant_fp4(x, scale_format="ue8m0", out=p, scale_out=s)  # noqa: E731
             reference, args = ref.quant_fp4_ue8m0_ref, (x,)
+        elif op == "dequant_fp4_e4m3":
+            gs = api.fp4_global_scale(x)
+            p, s = api.quant_fp4(x, global_scale=gs)
+            y = torch.empty((t, d), dtype=BF16, device=device)
+            fn = lambda: api.dequant_fp4(p, s, global_scale=gs, out=y)  # noqa: E731
+            reference, args = ref.dequant_fp4_e4m3_ref, (p, s, gs)
+        elif op == "dequant_fp4_ue8m0":
+            p, s = api.quant_fp4(x, scale_format="ue8m0")
+            y = torch.empty((t, d), dtype=BF16, device=device)
+            fn = lambda: api.dequant_fp4(p, s, out=y)  # noqa: E731
+            reference, args = ref.dequant_fp4_ue8m0_ref, (p, s)
         else:
             q, s = api.quant_fp8(x, g)
             y = torch.empty((t, d), dtype=BF16, device=device)

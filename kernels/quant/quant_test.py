@@ -730,6 +730,26 @@ def test_device_quant_fp4_encodes_every_boundary(device):
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("scale_format", ["e4m3", "ue8m0"])
+def test_device_dequant_fp4_every_code_and_scale(device, scale_format):
+    # Random bytes hold every code in both nibbles; the scales are random finite ones of the whole
+    # range: UE8M0 exponents 2**-127 .. 2**127 (denormal products, products that overflow to Inf),
+    # every finite e4m3 (denormal ones included) times a random global scale.
+    t, d = 512, 256
+    packed = torch.randint(0, 256, (t, d // 2), dtype=torch.uint8, device=device)
+    if scale_format == "ue8m0":
+        scale, gs = torch.randint(0, 255, (t, d // 32), dtype=torch.uint8, device=device), None
+        expected = ref.dequant_fp4_ue8m0_ref(packed, scale)
+    else:
+        bits = torch.randint(0, 256, (t, d // 16), dtype=torch.uint8, device=device)
+        scale = torch.where((bits & 0x7F) == 0x7F, bits - 1, bits).view(torch.float8_e4m3fn)  # no NaN
+        gs = torch.rand(1, device=device) * 2.0 ** torch.randint(-20, 20, (1,), device=device)
+        expected = ref.dequant_fp4_e4m3_ref(packed, scale, gs)
+    y = api.dequant_fp4(packed, scale, global_scale=gs, out=poisoned((t, d), torch.bfloat16, device))
+    _assert_same(y, expected, f"dequant_fp4 {scale_format} of every code")
+
+
+@pytest.mark.device
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("ue8m0", [False, True], ids=["fp32", "ue8m0"])
 @pytest.mark.parametrize("n,k,row_stride", [(1, 128, 128), (130, 200, 201), (7168, 7168, 7168), (257, 1536, 2048), (129, 576, 576)])

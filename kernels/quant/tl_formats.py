@@ -12,6 +12,7 @@ __all__ = [
     "abs_max",
     "e2m1_code",
     "e2m1_value",
+    "e2m1_value_denormal",
     "e4m3",
     "e4m3_clamp",
     "group_scale",
@@ -79,6 +80,21 @@ def e2m1_code(v):
 def ue8m0_value(byte):
     """fp32 power of two 2 ** (byte - 127) of a uint8 exponent (formats.ue8m0_from_exponent)."""
     return T.reinterpret(T.shift_left(T.cast(byte, "uint32"), T.uint32(23)), "float32")
+
+
+def e2m1_value_denormal(code):
+    """fp32 value of an e2m1 code 0..15, the same as e2m1_value, in four integer instructions and a
+    multiply, for backends that keep fp32 denormals (CUDA without fast-math; others use e2m1_value).
+
+    e2m1 is a float with one mantissa bit whose smallest normal is 1. Its magnitude bits placed at
+    the low end of the fp32 exponent field and the top of the mantissa (`(m << 22)`) form an fp32
+    of the same value times 2**-126: exponents 1..3 give the normal codes, exponent 0 the denormal
+    2**-127 for code 1 (0.5) and zero for code 0. Multiplying by 2**126 is exact, as is every later
+    product with a scale (two significant bits), so results match e2m1_value's bit for bit.
+    """
+    c = T.cast(code, "uint32")
+    bits = T.shift_left(c & T.uint32(7), T.uint32(22)) | T.shift_left(c & T.uint32(8), T.uint32(28))
+    return T.reinterpret(bits, "float32") * T.float32(2.0**126)
 
 
 def e2m1_value(code):
