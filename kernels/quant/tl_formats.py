@@ -62,18 +62,20 @@ def e4m3(v):
 def e2m1_code(v):
     """uint8 e2m1 code (0..15, bit 3 the sign) of an fp32 value: formats.encode_e2m1, bit for bit.
 
-    Instead of seven comparisons per value, one fp32 addition rounds: adding C = 2**22 (2**23,
-    2**24) to a magnitude below 2**24 leaves it in C's binade, whose spacing 0.5 (1, 2) is the e2m1
-    grid's below 2 (below 4, from 4 up), so the sum's low bits count grid steps, rounded to nearest
-    with ties to even, which is the even code. Subtracting C's bits, less the codes below the range
-    (0, 2, 4), gives the magnitude code; larger magnitudes and Inf saturate to 7 (6.0). fmaxf maps
-    NaN to 0 and keeps the product from contracting with the addition into a fused multiply-add.
+    Instead of seven comparisons per value, one fp32 addition rounds: adding C = 2**(22 + e) to a
+    magnitude in binade e (0 below 2, 1 below 4, 2 below 8, 3 above) leaves the sum in C's binade,
+    whose spacing 2**(e - 1) (0.5 below 2) is the e2m1 grid's there, so the sum's low bits count grid
+    steps, rounded to nearest with ties to even, which is the even code. C comes from the
+    magnitude's exponent bits clamped between those of 1 and 8; the code is the sum's bits less
+    C's, plus the codes below the binade (2e); larger magnitudes and Inf saturate to 7 (6.0). fmaxf
+    maps NaN to 0 and keeps the product from contracting with the addition into a fused multiply-add.
     """
     a = T.max(T.abs(v), T.float32(0))
-    below2, below4 = a < T.float32(2), a < T.float32(4)
-    c = T.if_then_else(below2, T.float32(2.0**22), T.if_then_else(below4, T.float32(2.0**23), T.float32(2.0**24)))
-    k = T.if_then_else(below2, T.int32(0x4A800000), T.if_then_else(below4, T.int32(0x4B000000 - 2), T.int32(0x4B800000 - 4)))
-    code = T.min(T.reinterpret(a + c, "int32") - k, T.int32(7))
+    exponent = T.reinterpret(a, "uint32") & T.uint32(0x7F800000)
+    # Unsigned: Inf's exponent plus 22 does not wrap. min(e + k, ...) then max: one fused add-and-min.
+    c = T.max(T.min(exponent + T.uint32(22 << 23), T.uint32(0x4C000000)), T.uint32(0x4A800000))
+    below = T.shift_left(T.shift_right(c, T.uint32(23)) - T.uint32(149), T.uint32(1))
+    code = T.min(T.reinterpret(a + T.reinterpret(c, "float32"), "uint32") - c + below, T.uint32(7))
     return T.cast(code, "uint8") | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
 
 
