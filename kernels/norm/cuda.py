@@ -55,13 +55,14 @@ registers that held x (and stores it when with_y: a static argument because it o
 and y's argument, the body is the same). The plain variant, where its register cap is at least
 _WIDE_ROW_REGISTERS, widens its row to fp32 as it loads and keeps y there, rounded to dtype and
 widened back, so no later pass converts (the kernel is issue-bound: 110 -> 104 us at 16384 x 7168
-bf16 on the H200); the fused variant, which holds x and residual at once, keeps them packed. Each thread finishes one group at a time: the group's amax
-(fmaxf, NaN-free) over its elements in the thread, a shuffle-xor butterfly over the group's lanes,
-and, for groups of whole warps (narrow vectors, or one scale per token in rows of several warps),
-one shared-memory exchange and barrier; then the scale, 1 / scale and the e4m3 codes, every step
-the expression kernels/quant/tl_formats.py gives, so q and scale equal quantising the kernel's own
-y bit for bit. fp8_config maps groups to lanes: vector `lane + s * tpr` is step s of lane `lane`,
-so a group of g elements is g / vector_elems consecutive lanes of one step (rows of more than a
+bf16 on the H200); the fused variant, which holds x and residual at once, keeps them packed. Each
+thread finishes one group at a time: the group's amax (fmaxf, NaN-free) over its elements in the
+thread, a shuffle-xor butterfly over the group's lanes, and, for groups of whole warps (narrow
+vectors, or one scale per token in rows of several warps), one shared-memory exchange and barrier;
+then the scale, 1 / scale and the e4m3 codes, every step the expression
+kernels/quant/tl_formats.py gives, so q and scale equal quantising the kernel's own y bit for bit.
+fp8_config maps groups to lanes: vector `lane + s * tpr` is step s of lane `lane`, so a group
+of g elements is g / vector_elems consecutive lanes of one step (rows of more than a
 warp are rounded up to whole groups of lanes so that no group straddles two steps), or in rows of
 fewer lanes several consecutive steps of all of them. Every configuration of a width D in
 [16, 16384] with D % group == 0 (any D per token), any dtype, stride and alignment is served.

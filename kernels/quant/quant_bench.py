@@ -54,12 +54,12 @@ def _bytes(op: str, t: int, d: int, g: int) -> tuple[int, int]:
         return t * d * 2 + t * d + t * (d // g) * 4, t * d * 2
     if op == "fp8_block":
         return t * d * 3 + -(-t // 128) * -(-d // 128) * 4, t * d * 2
-    if op.startswith("fp4"):
-        extra = 4 if op == "fp4_e4m3" else 0
-        return t * d * 2 + t * d // 2 + t * d // g + extra, t * d * 2 + extra
-    if op.startswith("dequant_fp4"):
-        inputs = t * d // 2 + t * d // g + (4 if op == "dequant_fp4_e4m3" else 0)
-        return inputs + t * d * 2, inputs
+    if "fp4" in op:
+        extra = 4 if op.endswith("e4m3") else 0  # the global scale
+        packed = t * d // 2 + t * d // g + extra  # codes, one byte per scale, the global scale
+        if op.startswith("dequant"):
+            return packed + t * d * 2, packed
+        return t * d * 2 + packed, t * d * 2 + extra
     return t * d + t * (d // g) * 4 + t * d * 2, t * d + t * (d // g) * 4  # dequant_fp8
 
 
@@ -83,26 +83,21 @@ def _case(op: str, t: int, d: int, g: int, options: dict) -> BenchCase:
             q, s = api.quant_fp8_block(x)
             fn = lambda: api.quant_fp8_block(x, out=q, scale_out=s)  # noqa: E731
             reference, args = ref.quant_fp8_block_ref, (x, 128, False)
-        elif op == "fp4_e4m3":
-            gs = api.fp4_global_scale(x)
-            p, s = api.quant_fp4(x, global_scale=gs)
-            fn = lambda: api.quant_fp4(x, global_scale=gs, out=p, scale_out=s)  # noqa: E731
-            reference, args = ref.quant_fp4_e4m3_ref, (x, gs)
-        elif op == "fp4_ue8m0":
-            p, s = api.quant_fp4(x, scale_format="ue8m0")
-            fn = lambda: api.quant_fp4(x, scale_format="ue8m0", out=p, scale_out=s)  # noqa: E731
-            reference, args = ref.quant_fp4_ue8m0_ref, (x,)
-        elif op == "dequant_fp4_e4m3":
-            gs = api.fp4_global_scale(x)
-            p, s = api.quant_fp4(x, global_scale=gs)
-            y = torch.empty((t, d), dtype=BF16, device=device)
-            fn = lambda: api.dequant_fp4(p, s, global_scale=gs, out=y)  # noqa: E731
-            reference, args = ref.dequant_fp4_e4m3_ref, (p, s, gs)
-        elif op == "dequant_fp4_ue8m0":
-            p, s = api.quant_fp4(x, scale_format="ue8m0")
-            y = torch.empty((t, d), dtype=BF16, device=device)
-            fn = lambda: api.dequant_fp4(p, s, out=y)  # noqa: E731
-            reference, args = ref.dequant_fp4_ue8m0_ref, (p, s)
+        elif "fp4" in op:
+            # Both directions start from x quantised (the dequant cases read these codes back).
+            fmt = "e4m3" if op.endswith("e4m3") else "ue8m0"
+            gs = api.fp4_global_scale(x) if fmt == "e4m3" else None
+            p, s = api.quant_fp4(x, scale_format=fmt, global_scale=gs)
+            extra = (gs,) if gs is not None else ()
+            if op.startswith("dequant"):
+                y = torch.empty((t, d), dtype=BF16, device=device)
+                fn = lambda: api.dequant_fp4(p, s, global_scale=gs, out=y)  # noqa: E731
+                reference = ref.dequant_fp4_e4m3_ref if gs is not None else ref.dequant_fp4_ue8m0_ref
+                args = (p, s, *extra)
+            else:
+                fn = lambda: api.quant_fp4(x, scale_format=fmt, global_scale=gs, out=p, scale_out=s)  # noqa: E731
+                reference = ref.quant_fp4_e4m3_ref if gs is not None else ref.quant_fp4_ue8m0_ref
+                args = (x, *extra)
         else:
             q, s = api.quant_fp8(x, g)
             y = torch.empty((t, d), dtype=BF16, device=device)
