@@ -233,17 +233,23 @@ def _config_id(config) -> str:
     return "-".join(map(str, config))
 
 
+# The CUDA factories: a block per query, a warp per query (api.WARP_KERNEL_MIN_QUERIES picks).
+CUDA_FACTORIES = ["candidate_blocks_tl", "candidate_blocks_warp_tl"]
+
+
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", _configs("cuda"), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+@pytest.mark.parametrize("factory", CUDA_FACTORIES)
+def test_cuda_config_compiles_without_spills(factory, arch, config):
     from kernels.candidate_blocks import cuda
     from testing import codegen_cuda
 
-    source = codegen_cuda.cuda_source(cuda.candidate_blocks_tl, *config, arch=arch)
+    make = getattr(cuda, factory)
+    source = codegen_cuda.cuda_source(make, *config, arch=arch)
     # One kernel (declared, then defined): one launch per call.
     assert len(set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", source))) == 1
-    report = codegen_cuda.check_cuda_resources(cuda.candidate_blocks_tl, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(make, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
@@ -285,6 +291,14 @@ DEVICE_CASES = [
 ]
 
 
+@pytest.fixture(params=["block", "warp"])
+def kernel_choice(request, monkeypatch):
+    """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
+    every batch takes the block-per-query or the warp-per-query kernel (other backends have one)."""
+    monkeypatch.setattr(api, "WARP_KERNEL_MIN_QUERIES", 1 << 62 if request.param == "block" else 0)
+    return request.param
+
+
 def _device_inputs(n_q, nb, n_dtype, device, special=0.1, levels=7):
     return random_scores(n_q, nb, special, levels).to(device), random_counts(n_q, nb, n_dtype).to(device)
 
@@ -292,7 +306,7 @@ def _device_inputs(n_q, nb, n_dtype, device, special=0.1, levels=7):
 @pytest.mark.device
 @pytest.mark.parametrize("n_dtype", IDX, ids=str)
 @pytest.mark.parametrize("case", DEVICE_CASES, ids=lambda c: "T{}-NB{}-k{}-s{}-l{}".format(*c))
-def test_device_matches_ref(device, n_dtype, case):
+def test_device_matches_ref(device, kernel_choice, n_dtype, case):
     n_q, nb, k, sink, local = case
     # Many ties (7 levels), then almost none (random floats): both threshold paths.
     for levels in (7, 1 << 20):
@@ -304,7 +318,7 @@ def test_device_matches_ref(device, n_dtype, case):
 
 @pytest.mark.device
 @pytest.mark.parametrize("req_dtype", IDX, ids=str)
-def test_device_block_table(device, req_dtype):
+def test_device_block_table(device, kernel_choice, req_dtype):
     n_q, nb, k, n_req, max_blocks = 200, 600, 32, 7, 500  # ids past max_blocks map to -1
     scores, n_t = _device_inputs(n_q, nb, torch.int32, device)
     table = random_table(n_req, max_blocks).to(device)
@@ -315,7 +329,7 @@ def test_device_block_table(device, req_dtype):
 
 
 @pytest.mark.device
-def test_device_all_equal_and_all_nan(device):
+def test_device_all_equal_and_all_nan(device, kernel_choice):
     n_q, nb, k = 8, 2048, 64
     n_t = torch.full((n_q,), nb, dtype=torch.int32, device=device)
     for fill in (1.0, -math.inf, math.nan, -0.0):
@@ -332,7 +346,7 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
 
 
 @pytest.mark.device
-def test_device_cuda_graph_replay(device, backend):
+def test_device_cuda_graph_replay(device, kernel_choice, backend):
     # Captured once at a fixed size, replayed with new contents: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")

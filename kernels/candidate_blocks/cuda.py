@@ -1,7 +1,8 @@
-"""NVIDIA TileLang implementation of `candidate_blocks`: per-query top-k KV blocks with forced sink and
-local blocks, ascending ids, optionally mapped to pages.
+"""NVIDIA TileLang implementations of `candidate_blocks`: per-query top-k KV blocks with forced sink
+and local blocks, ascending ids, optionally mapped to pages. Two kernels, one contract:
 
-    k = candidate_blocks_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)
+    k = candidate_blocks_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)       # a block per query
+    k = candidate_blocks_warp_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)  # a warp per query
     k(scores, n_t, ids)                              # req_dtype None: block ids
     k(scores, n_t, block_table, req_index, ids)      # req_dtype int32/int64: pages
 
@@ -15,10 +16,16 @@ ids          (t, k) int32, contiguous.
 Semantics are `kernels.candidate_blocks.ref` (the contract), exactly: ranking keys are the
 order-preserving uint32 map of the fp32 score (-0.0 read as +0.0, NaN -> 1, non-candidates -> 0,
 sinks and local blocks above every score), the min(k, n) largest keys are kept, equal keys go to
-the lower block id, ids are written ascending then -1 padded.
+the lower block id, ids are written ascending then -1 padded. Both kernels: t is dynamic
+(T.dynamic), NB and k are compiled in; one launch, no host sync, no global atomics, no workspace;
+t == 0 must not be launched (the interface launches nothing); row offsets are 64-bit.
 
-Algorithm (no sort). One block of 256 threads per query row; t is dynamic (T.dynamic), NB and k
-are compiled in; one launch, no host sync, no global atomics, no workspace.
+Which one: a query's select is a chain of dependent steps, so a few queries finish soonest with a
+block each, and many queries go fastest with a warp each (no block barriers, twice the queries in
+flight, fewer instructions per key). The interface picks by t (api.WARP_KERNEL_MIN_QUERIES, from
+H200 measurements).
+
+candidate_blocks_tl, a block of 256 threads per query (no sort):
   1. Load. Thread tx loads scores[row, tx + 256 i] (coalesced 4-byte loads, all in flight), turns
      each into its ranking key in registers, and stores the key at its block id in shared memory.
   2. Radix select of the threshold. With need = min(k, n), four passes over the key bits, 8 at a
@@ -35,14 +42,29 @@ are compiled in; one launch, no host sync, no global atomics, no workspace.
      gt_before + min(eq_before, need): ties at the threshold are taken lowest ids first. Each
      thread then writes its selected ids (or pages) in ascending order; slots [need_total, k) are
      -1.
-Why: a full sort (or torch.topk + sort) of NB keys per row costs O(NB log NB) shared-memory
-passes and a second sort for ascending output; radix select is 4 histogram passes over keys held
-in registers, after which the output order comes free from the id-ordered compaction. A row is at
-most 8 KiB of scores, so one block per row keeps every pass in shared memory and the kernel's
-DRAM traffic is one read of the scores plus the (t, k) output. Several rows per block would only
-pay off for NB far below 256, which block-sparse attention over 64-token blocks rarely meets.
 
-t == 0 must not be launched (the interface launches nothing). Row offsets are 64-bit.
+candidate_blocks_warp_tl, a block of one warp per query, which orders its own shared-memory
+accesses (__syncwarp), so the automatic __syncthreads is off:
+  1. Load. Only when n > k (otherwise ids 0..n-1 are written and no score is read): lane l loads
+     the candidate scores j = 32 i + l < n (coalesced, all in flight), and turns each into its
+     ranking key in registers, counting its top digit as it goes (radix pass 0).
+  2. Radix select over the candidates' keys, 11 + 11 + 10 bits from the top: a 2048-bin shared
+     histogram per digit of the keys that match the prefix found so far. Lane l sums its 64 bins
+     (16-byte vectors read rotated by l, so no two lanes hit one bank), a suffix scan over the
+     lanes finds the lane whose bins hold the need-th largest key, and a second suffix scan over
+     that lane's bins, two per lane, finds the bin. The passes stop as soon as a whole bin is
+     taken, usually after two. An 11-bit first digit spreads real-valued scores over enough bins
+     that the next pass counts a few dozen keys, where an 8-bit one (sign and 7 exponent bits)
+     leaves most of a row in two bins.
+  3. Compaction. With the threshold bin taken whole, bit i of a lane's mask marks its id 32 i + l;
+     a 32 x 32 bit transpose across the warp (five shuffles) gives lane s the lanes chosen in step
+     s, a scan of the steps' counts places them, and each lane writes its step's ids in order.
+     With a tie at a fully resolved key, the warp instead walks the ids 32 at a time: ballots give
+     each lane its slot and its rank among the ties, of which the lowest ids are taken.
+Why no sort: a full sort (or torch.topk + sort) of NB keys costs O(NB log NB) and a second sort
+for the ascending output; the radix select touches each key once per pass, and the output order
+comes free from the id order. A row is at most 8 KiB of scores, so a block or a warp keeps it in
+registers and the DRAM traffic is one read of the candidates' scores plus the (t, k) output.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -54,30 +76,26 @@ from kernels.candidate_blocks.ref import BACKEND_INDEX_DTYPES as INDEX_DTYPES
 from kernels.candidate_blocks.ref import MAX_K, MAX_NB, SINK_KEY, check_static, shipped_configs
 from kernels.tl_scan import block_scan_macro
 
-__all__ = ["INDEX_DTYPES", "MAX_K", "MAX_NB", "candidate_blocks_shipped_configs", "candidate_blocks_tl"]
+__all__ = [
+    "INDEX_DTYPES",
+    "MAX_K",
+    "MAX_NB",
+    "candidate_blocks_shipped_configs",
+    "candidate_blocks_tl",
+    "candidate_blocks_warp_tl",
+]
 
-_THREADS = 256
 _WARP = 32
-_WARPS = _THREADS // _WARP
-# 8-bit digits: a 256-bin histogram, one bin per thread in the scan, four passes over 32 bits.
-_BINS = 256
-_PASSES = 4
 
 
 def candidate_blocks_shipped_configs() -> list[tuple[int, int, int, int, str, str | None]]:
-    """(NB, k, num_sink, num_local, n_dtype, req_dtype): see ref.shipped_configs."""
+    """(NB, k, num_sink, num_local, n_dtype, req_dtype) of both factories: see ref.shipped_configs."""
     return shipped_configs()
 
 
-@tilelang.jit
-def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
-    """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
-    check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
-    per = -(-NB // _THREADS)
-    scan_block = block_scan_macro(_WARPS)
-    t = T.dynamic("t")
-    B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
-    paged = req_dtype is not None
+def _page_writer(paged: bool, B, M):
+    """T.macro write(ids, block_table, req_index, row, pos, block): ids[row, pos] = the block id, or
+    its page when paged."""
 
     @T.macro
     def write(ids, block_table, req_index, row, pos, block):
@@ -92,6 +110,56 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
             ids[row, pos] = T.max(page, -1)
         else:
             ids[row, pos] = block
+
+    return write
+
+
+def _prim_func(select, NB: int, k: int, n_dtype: str, req_dtype, t, B, M, S):
+    """The kernel's entry point around `select`: (scores, n_t, ids), or with the page table."""
+    if req_dtype is None:
+
+        @T.prim_func
+        def candidate_blocks(
+            scores: T.Tensor((t, NB), "float32"),
+            n_t: T.Tensor((t,), n_dtype),
+            ids: T.Tensor((t, k), "int32"),
+        ):
+            select(scores, n_t, None, None, ids)
+
+        return candidate_blocks
+
+    @T.prim_func
+    def candidate_pages(
+        scores: T.Tensor((t, NB), "float32"),
+        n_t: T.Tensor((t,), n_dtype),
+        block_table: T.StridedTensor((B, M), (S, 1), "int32"),
+        req_index: T.Tensor((t,), req_dtype),
+        ids: T.Tensor((t, k), "int32"),
+    ):
+        select(scores, n_t, block_table, req_index, ids)
+
+    return candidate_pages
+
+
+# ----------------------------------------------------------------------------------------------------
+# A block per query.
+
+_THREADS = 256
+_WARPS = _THREADS // _WARP
+# 8-bit digits: a 256-bin histogram, one bin per thread in the scan, four passes over 32 bits.
+_BLOCK_BINS = 256
+_PASSES = 4
+
+
+@tilelang.jit
+def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
+    """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
+    check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
+    per = -(-NB // _THREADS)
+    scan_block = block_scan_macro(_WARPS)
+    t = T.dynamic("t")
+    B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
+    write = _page_writer(req_dtype is not None, B, M)
 
     @T.macro
     def select(scores, n_t, block_table, req_index, ids):
@@ -109,7 +177,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
             taken_eq = T.alloc_local((1,), "int32")
             hit = T.alloc_local((1,), "int32")
             skeys = T.alloc_shared((per * _THREADS,), "uint32")
-            hist = T.alloc_shared((_BINS,), "int32")
+            hist = T.alloc_shared((_BLOCK_BINS,), "int32")
             warp_total = T.alloc_shared((_WARPS,), "int32")
             # state[0] = the threshold key's digits found so far, state[1] = keys still needed at it.
             state = T.alloc_shared((2,), "uint32")
@@ -154,7 +222,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                             T.atomic_add(hist[T.cast((keys[i] >> T.cast(shift, "uint32")) & T.uint32(0xFF), "int32")], 1)
                     T.sync_threads()
                     # Thread tx holds digit 255 - tx: the scan counts keys from the top down.
-                    mine[0] = hist[_BINS - 1 - tx]
+                    mine[0] = hist[_BLOCK_BINS - 1 - tx]
                     scan_block(mine, scan, before, total, warp_total, warp, lane)
                     # Exactly one bin holds the need-th largest key: lower bins count fewer keys.
                     hit[0] = 0
@@ -164,7 +232,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                     # Every thread reads state before the owner of the bin rewrites it.
                     T.sync_threads()
                     if hit[0] != 0:
-                        state[0] = state[0] | (T.cast(_BINS - 1 - tx, "uint32") << T.cast(shift, "uint32"))
+                        state[0] = state[0] | (T.cast(_BLOCK_BINS - 1 - tx, "uint32") << T.cast(shift, "uint32"))
                         state[1] = T.cast(slot[0], "uint32")
                     T.sync_threads()
             # 3. Stable compaction over contiguous ids.
@@ -192,26 +260,238 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                 if c * _THREADS + tx >= need and c * _THREADS + tx < k:
                     write(ids, block_table, req_index, row, c * _THREADS + tx, -1)
 
-    if not paged:
+    return _prim_func(select, NB, k, n_dtype, req_dtype, t, B, M, S)
 
-        @T.prim_func
-        def candidate_blocks(
-            scores: T.Tensor((t, NB), "float32"),
-            n_t: T.Tensor((t,), n_dtype),
-            ids: T.Tensor((t, k), "int32"),
-        ):
-            select(scores, n_t, None, None, ids)
 
-        return candidate_blocks
+# ----------------------------------------------------------------------------------------------------
+# A warp per query.
 
-    @T.prim_func
-    def candidate_pages(
-        scores: T.Tensor((t, NB), "float32"),
-        n_t: T.Tensor((t,), n_dtype),
-        block_table: T.StridedTensor((B, M), (S, 1), "int32"),
-        req_index: T.Tensor((t,), req_dtype),
-        ids: T.Tensor((t, k), "int32"),
-    ):
-        select(scores, n_t, block_table, req_index, ids)
+# One-warp blocks: a block's resources free as soon as its query is done (with several queries per
+# block, the longest one holds the rest). 16 resident per SM cap registers at 128 per thread (the
+# row's keys take 64 of them).
+_BLOCKS_PER_SM = 16
+# Digits of the radix select, from the top: (shift, bits); 11 + 11 + 10 = 32.
+_DIGITS = ((21, 11), (10, 11), (0, 10))
+_WARP_BINS = 2048
+# A spare bin after the histogram takes the atomics of uncounted keys (4 keep the size a multiple of
+# 16 bytes).
+_SPARE = 4
+# Bins each lane sums in the scan, and pairs of them each lane holds in the second level.
+_LANE_BINS = _WARP_BINS // _WARP
+_SHUFFLES = 5
+# Steps (of 32 ids) under one test of the row length: a test per step costs a branch per step.
+_GROUP = 4
+# The bit transpose's rounds: (width, the bits b with b & width == 0).
+_TRANSPOSE_ROUNDS = ((16, 0x0000FFFF), (8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555))
+# A block is one warp, which orders its shared-memory accesses itself (__syncwarp), and the kernel
+# guards every access itself, so TileLang's barriers and bounds guards (which serialised the loads)
+# are off.
+_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_safe_memory_legalize": True}
 
-    return candidate_pages
+
+@T.macro
+def suffix_scan(value, incl, lane):
+    """incl[0] = the sum of value over this lane and the higher lanes of the warp."""
+    incl[0] = value
+    for i in T.unroll(_SHUFFLES):
+        down = T.shfl_down(incl[0], 1 << i)
+        if lane + (1 << i) < _WARP:
+            incl[0] += down
+
+
+@tilelang.jit(pass_configs=_PASS_CONFIGS)
+def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
+    """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
+    check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
+    per = -(-NB // _WARP)
+    groups = -(-per // _GROUP)
+    words = -(-per // _WARP)
+    t = T.dynamic("t")
+    B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
+    write = _page_writer(req_dtype is not None, B, M)
+
+    @T.macro
+    def score_key(bits):
+        """The ref's key of a score with the bits `bits` (branch-free integer arithmetic)."""
+        magnitude = bits & T.uint32(0x7FFFFFFF)
+        # Either zero maps to the key of +0.0, so equal scores tie whatever their sign bit.
+        key = T.if_then_else(magnitude == T.uint32(0), T.uint32(0x80000000), bits ^ (T.reinterpret(T.reinterpret(bits, "int32") >> 31, "uint32") | T.uint32(0x80000000)))
+        return T.if_then_else(magnitude > T.uint32(0x7F800000), T.uint32(1), key)
+
+    @T.macro
+    def clear(hist, lane):
+        for m in T.unroll(_LANE_BINS // 4):
+            for v in T.vectorized(4):
+                hist[m * 4 * _WARP + lane * 4 + v] = 0
+        T.sync_warp()
+
+    @T.macro
+    def count(hist, bin_index, counted, digit):
+        # Uncounted keys go to the spare bin: a predicated atomic costs a branch per key. (A local
+        # int32 keeps the select out of the 64-bit index arithmetic.)
+        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _WARP_BINS)
+        T.atomic_add(hist[bin_index[0]], 1)
+
+    @T.macro
+    def find_bin(hist, lane, state, digit_shift):
+        """Narrows the threshold to the bin of the histogram holding the need-th largest key."""
+        prefix, shift, need, done, incl = state
+        T.sync_warp()
+        # Level 1: lane l's 64 bins, 16-byte vectors read rotated by l (conflict-free banks).
+        mine = T.alloc_local((1,), "int32")
+        part = T.alloc_local((4,), "int32")
+        mine[0] = 0
+        for m in T.unroll(_LANE_BINS // 4):
+            for v in T.vectorized(4):
+                part[v] = hist[lane * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + v]
+            mine[0] += part[0] + part[1] + part[2] + part[3]
+        suffix_scan(mine[0], incl, lane)
+        # Suffix sums fall with the lane: the lanes reaching `need` are 0..top.
+        top = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+        above = T.shfl_sync(incl[0] - mine[0], top)
+        # Level 2: lane l holds bins 2l and 2l + 1 of lane top's 64.
+        hi = hist[top * _LANE_BINS + 2 * lane + 1]
+        lo = hist[top * _LANE_BINS + 2 * lane]
+        suffix_scan(hi + lo, incl, lane)
+        incl[0] += above
+        pair = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+        pair_above = T.shfl_sync(incl[0] - hi - lo, pair)
+        pair_hi = T.shfl_sync(hi, pair)
+        pair_lo = T.shfl_sync(lo, pair)
+        upper = pair_above + pair_hi >= need[0]
+        need[0] = need[0] - T.if_then_else(upper, pair_above, pair_above + pair_hi)
+        prefix[0] = prefix[0] | (T.cast(top * _LANE_BINS + 2 * pair + T.if_then_else(upper, 1, 0), "uint32") << digit_shift)
+        shift[0] = T.uint32(digit_shift)
+        if T.if_then_else(upper, pair_hi, pair_lo) == need[0]:
+            done[0] = 1
+        # Every lane has read the histogram before it is cleared again.
+        T.sync_warp()
+
+    @T.macro
+    def transpose_bits(word, lane):
+        """A 32 x 32 bit matrix held one row per lane (bit c of lane r's word) becomes its transpose:
+        bit r of lane c. Five butterfly rounds, each swapping the off-diagonal blocks of its size."""
+        for width, low_half in _TRANSPOSE_ROUNDS:
+            other = T.shfl_xor(word[0], width)
+            word[0] = T.if_then_else(
+                (lane & width) == 0,
+                (word[0] & T.uint32(low_half)) | ((other & T.uint32(low_half)) << T.uint32(width)),
+                (word[0] & T.uint32(~low_half & 0xFFFFFFFF)) | ((other >> T.uint32(width)) & T.uint32(low_half)),
+            )
+
+    @T.macro
+    def select(scores, n_t, block_table, req_index, ids):
+        with T.Kernel(t, threads=_WARP) as bx:
+            T.annotate_min_blocks_per_sm(_BLOCKS_PER_SM)
+            tx = T.get_thread_binding(0)
+            lane = tx
+            row = T.cast(bx, "int64")
+            keys = T.alloc_local((per,), "uint32")
+            bin_index = T.alloc_local((1,), "int32")
+            # The threshold: keys whose bits from `shift` up exceed `prefix`'s are taken, and of the
+            # keys equal to it there the `need` lowest ids; done: no more digits are needed (every
+            # key equal to the threshold is taken).
+            prefix = T.alloc_local((1,), "uint32")
+            shift = T.alloc_local((1,), "uint32")
+            need = T.alloc_local((1,), "int32")
+            done = T.alloc_local((1,), "int32")
+            incl = T.alloc_local((1,), "int32")
+            state = (prefix, shift, need, done, incl)
+            out = T.alloc_local((1,), "int32")
+            hist = T.alloc_shared((_WARP_BINS + _SPARE,), "int32")
+            n = T.cast(T.max(T.min(T.cast(n_t[row], "int64"), NB), 0), "int32")
+            # Id 32 i + lane is a candidate when 32 i < left.
+            left = n - T.cast(lane, "int32")
+            if n > k:
+                prefix[0] = T.uint32(0)
+                shift[0] = T.uint32(0)
+                need[0] = k
+                done[0] = 0
+                clear(hist, lane)
+                # 1. Every load first (all in flight).
+                for i in T.unroll(per):
+                    keys[i] = T.uint32(0)
+                    if i * _WARP < left:
+                        keys[i] = T.reinterpret(scores[row, i * _WARP + lane], "uint32")
+                # The keys, counted by their top digit as they are made (radix pass 0).
+                for g in T.unroll(groups):
+                    if g * _GROUP * _WARP < n:
+                        for u in T.unroll(_GROUP):
+                            i = g * _GROUP + u
+                            if i < per:
+                                keys[i] = score_key(keys[i])
+                                # Forced keys only in the steps that can hold a sink or one of the last
+                                # num_local candidates.
+                                if i * _WARP < num_sink or i * _WARP + _WARP > n - num_local:
+                                    j = i * _WARP + lane
+                                    d = n - 1 - j
+                                    keys[i] = T.if_then_else(j < num_sink, T.uint32(SINK_KEY), T.if_then_else(d < num_local, T.uint32(SINK_KEY - 1) - T.cast(d, "uint32"), keys[i]))
+                                count(hist, bin_index, i * _WARP < left, keys[i] >> _DIGITS[0][0])
+                find_bin(hist, lane, state, _DIGITS[0][0])
+                # 2. The lower digits, over the keys in [prefix, prefix + 2**(shift + bits)), whose
+                # offset from prefix holds the digit in its top bits.
+                for digit_shift, digit_bits in _DIGITS[1:]:
+                    if done[0] == 0:
+                        clear(hist, lane)
+                        for g in T.unroll(groups):
+                            if g * _GROUP * _WARP < n:
+                                for u in T.unroll(_GROUP):
+                                    i = g * _GROUP + u
+                                    if i < per:
+                                        offset = keys[i] - prefix[0]
+                                        count(hist, bin_index, i * _WARP < left and offset < T.uint32(1 << (digit_shift + digit_bits)), offset >> digit_shift)
+                        find_bin(hist, lane, state, digit_shift)
+                # 3. Compaction in ascending id order.
+                out[0] = 0
+                if done[0] != 0:
+                    # Every key >= prefix is taken. Bit s of this lane's word w marks id
+                    # 32 (32 w + s) + lane; transposed, lane s holds step 32 w + s's lanes, and the
+                    # steps' counts scanned over the lanes place each step's ids.
+                    chosen = T.alloc_local((words,), "uint32")
+                    for w in T.unroll(words):
+                        chosen[w] = T.uint32(0)
+                    for i in T.unroll(per):
+                        if i * _WARP < left and keys[i] >= prefix[0]:
+                            chosen[i // _WARP] = chosen[i // _WARP] | (T.uint32(1) << T.uint32(i % _WARP))
+                    mask = T.alloc_local((1,), "uint32")
+                    slot = T.alloc_local((1,), "int32")
+                    for w in T.unroll(words):
+                        mask[0] = chosen[w]
+                        transpose_bits(mask, lane)
+                        taken = T.cast(T.popcount(mask[0]), "int32")
+                        suffix_scan(taken, incl, lane)
+                        # Lane s's first slot: the ids of the lower steps, from the suffix sums.
+                        slot[0] = out[0] + T.shfl_sync(incl[0], 0) - incl[0]
+                        out[0] += T.shfl_sync(incl[0], 0)
+                        while mask[0] != T.uint32(0):
+                            low_lane = T.cast(31 - T.clz(mask[0] & (T.uint32(0) - mask[0])), "int32")
+                            write(ids, block_table, req_index, row, slot[0], (w * _WARP + lane) * _WARP + low_lane)
+                            slot[0] += 1
+                            mask[0] = mask[0] & (mask[0] - T.uint32(1))
+                else:
+                    # All 32 bits are resolved (shift 0): keys above prefix, then its `need` lowest
+                    # ids, 32 ids at a time.
+                    lower = (T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1)
+                    ties = T.alloc_local((1,), "int32")
+                    ties[0] = 0
+                    for i in T.unroll(per):
+                        if i * _WARP < n:
+                            valid = i * _WARP < left
+                            tie = valid and keys[i] == prefix[0]
+                            tied = T.cast(T.ballot_sync(tie), "uint32")
+                            take = (valid and keys[i] > prefix[0]) or (tie and ties[0] + T.cast(T.popcount(tied & lower), "int32") < need[0])
+                            taken = T.cast(T.ballot_sync(take), "uint32")
+                            if take:
+                                write(ids, block_table, req_index, row, out[0] + T.cast(T.popcount(taken & lower), "int32"), i * _WARP + lane)
+                            out[0] += T.cast(T.popcount(taken), "int32")
+                            ties[0] += T.cast(T.popcount(tied), "int32")
+                for c in T.serial(T.ceildiv(k, _WARP)):
+                    if c * _WARP + lane >= out[0] and c * _WARP + lane < k:
+                        write(ids, block_table, req_index, row, c * _WARP + lane, -1)
+            else:
+                # n <= k: every candidate is taken and no score is read.
+                for c in T.serial(T.ceildiv(k, _WARP)):
+                    if c * _WARP + lane < k:
+                        write(ids, block_table, req_index, row, c * _WARP + lane, T.if_then_else(c * _WARP + lane < n, c * _WARP + lane, -1))
+
+    return _prim_func(select, NB, k, n_dtype, req_dtype, t, B, M, S)
