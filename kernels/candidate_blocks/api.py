@@ -46,9 +46,10 @@ from kernels.interface import (
 
 __all__ = ["select_candidate_blocks"]
 
-# From this many queries the warp-per-query kernel is faster: on the H200 (132 SMs), 5.7 vs 6.8 us
-# at 8 queries, 9.6 vs 9.2 at 512, 26.8 vs 14.7 at 2048 (2048 blocks, k = 64).
-WARP_KERNEL_MIN_QUERIES = 512
+# From this many queries the warp-per-query kernel is faster. Same-run H200 sweep (132 SMs; 2048
+# blocks, every query sees all of them, k = 64), block / warp kernel in us: 1 query 5.66 / 5.77,
+# 64: 5.86 / 6.50, 256: 7.27 / 7.70, 384: 8.23 / 7.70, 512: 9.59 / 7.96, 2048: 26.81 / 13.78.
+WARP_KERNEL_MIN_QUERIES = 384
 
 
 def select_candidate_blocks(
