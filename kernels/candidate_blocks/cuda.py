@@ -28,20 +28,23 @@ H200 measurements).
 candidate_blocks_tl, a block of 256 threads per query (no sort):
   1. Load. Thread tx loads scores[row, tx + 256 i] (coalesced 4-byte loads, all in flight), turns
      each into its ranking key in registers, and stores the key at its block id in shared memory.
-  2. Radix select of the threshold. With need = min(k, n), four passes over the key bits, 8 at a
-     time from the top: a 256-bin shared-memory histogram of the digit of the keys that match the
-     prefix found so far (shared atomicAdd: integer counts are exact whatever their order), then a
-     block prefix scan of the bins from the highest digit down (kernels/tl_scan.py, fixed order)
-     finds the bin holding the need-th largest key; the thread owning it publishes the digit and
-     the count still needed inside it. After four passes the exact threshold key `thr` is known,
-     and `need` is how many keys equal to thr are taken. When n <= k every candidate is taken and
-     the passes are skipped (thr = 0, the non-candidate key, and need = 0).
+  2. Radix select of the threshold. With need = min(k, n), up to three passes over the key bits,
+     11 + 11 + 10 from the top: a 2048-bin shared-memory histogram of the digit of the keys that
+     match the prefix found so far (shared atomicAdd: integer counts are exact whatever their
+     order), then a block prefix scan of the bins from the highest digit down, 8 per thread
+     (kernels/tl_scan.py, fixed order), finds the thread whose bins hold the need-th largest key;
+     it walks its 8 bins and publishes the digit and the count still needed inside the bin. The
+     passes stop as soon as that bin is taken whole (usually after two: an 11-bit first digit
+     spreads real-valued scores where 8 bits, the sign and 7 exponent bits, put most of a row in
+     two bins). Then `thr` is the threshold's resolved digits, `low` the shift below them, and
+     `need` how many keys with those digits are taken. When n <= k every candidate is taken and
+     the passes are skipped (thr = 0, the non-candidate key, low = 0 and need = 0).
   3. Stable compaction. Thread tx reads its contiguous block ids [tx * per, (tx + 1) * per) from
-     shared memory and counts keys > thr (gt) and == thr (eq); one block scan of (gt << 16 | eq)
-     (both <= 2048 < 2**16) gives each thread the counts of lower ids, so its first output slot is
-     gt_before + min(eq_before, need): ties at the threshold are taken lowest ids first. Each
-     thread then writes its selected ids (or pages) in ascending order; slots [need_total, k) are
-     -1.
+     shared memory and counts keys whose digits from `low` up are > thr (gt) and == thr (eq); one
+     block scan of (gt << 16 | eq) (both <= 2048 < 2**16) gives each thread the counts of lower
+     ids, so its first output slot is gt_before + min(eq_before, need): ties at the threshold are
+     taken lowest ids first. Each thread then writes its selected ids (or pages) in ascending
+     order; slots [need_total, k) are -1.
 
 candidate_blocks_warp_tl, a block of one warp per query, which orders its own shared-memory
 accesses (__syncwarp), so the automatic __syncthreads is off:
@@ -146,9 +149,13 @@ def _prim_func(select, NB: int, k: int, n_dtype: str, req_dtype, t, B, M, S):
 
 _THREADS = 256
 _WARPS = _THREADS // _WARP
-# 8-bit digits: a 256-bin histogram, one bin per thread in the scan, four passes over 32 bits.
-_BLOCK_BINS = 256
-_PASSES = 4
+# Digits of the radix select, from the top: (shift, bits); 11 + 11 + 10 = 32. An 11-bit first digit
+# spreads real-valued scores over enough bins that the second pass usually resolves the threshold
+# (8 bits are the sign and 7 exponent bits: most of a row lands in two bins).
+_BLOCK_DIGITS = ((21, 11), (10, 11), (0, 10))
+_BLOCK_BINS = 2048
+# Bins per thread in the scan: thread tx holds bins 2047 - 8 tx - e, e = 0..7 (from the top down).
+_THREAD_BINS = _BLOCK_BINS // _THREADS
 
 
 @tilelang.jit
@@ -176,11 +183,15 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
             slot = T.alloc_local((1,), "int32")
             taken_eq = T.alloc_local((1,), "int32")
             hit = T.alloc_local((1,), "int32")
+            wanted = T.alloc_local((1,), "int32")
+            prefix = T.alloc_local((1,), "uint32")
             skeys = T.alloc_shared((per * _THREADS,), "uint32")
             hist = T.alloc_shared((_BLOCK_BINS,), "int32")
             warp_total = T.alloc_shared((_WARPS,), "int32")
-            # state[0] = the threshold key's digits found so far, state[1] = keys still needed at it.
-            state = T.alloc_shared((2,), "uint32")
+            # state[0] = the threshold's digits found so far, state[1] = keys still needed at it,
+            # state[2] = the shift below those digits, state[3] = 1 once no more digits are needed
+            # (every key of the threshold bin is taken).
+            state = T.alloc_shared((4,), "uint32")
             n = T.max(T.min(T.cast(n_t[bx], "int64"), NB), 0)
             need = T.cast(T.min(n, k), "int32")
             # 1. Every load first (registers), then the keys.
@@ -207,52 +218,73 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
             if tx == 0:
                 state[0] = T.uint32(0)
                 state[1] = T.uint32(0)
+                state[2] = T.uint32(0)
+                state[3] = T.uint32(1)
             T.sync_threads()
-            # 2. Radix select (the branch is uniform over the block: n is per row).
+            # 2. Radix select (the branches are uniform over the block: n and state are per row).
             if n > k:
                 if tx == 0:
                     state[1] = T.cast(need, "uint32")
-                for p in T.serial(_PASSES):
-                    shift = 24 - 8 * p
-                    hist[tx] = 0
-                    T.sync_threads()
-                    for i in T.unroll(per):
-                        # Keys whose higher digits equal the prefix found so far (every key in pass 0).
-                        if p == 0 or (keys[i] >> T.cast(shift + 8, "uint32")) == (state[0] >> T.cast(shift + 8, "uint32")):
-                            T.atomic_add(hist[T.cast((keys[i] >> T.cast(shift, "uint32")) & T.uint32(0xFF), "int32")], 1)
-                    T.sync_threads()
-                    # Thread tx holds digit 255 - tx: the scan counts keys from the top down.
-                    mine[0] = hist[_BLOCK_BINS - 1 - tx]
-                    scan_block(mine, scan, before, total, warp_total, warp, lane)
-                    # Exactly one bin holds the need-th largest key: lower bins count fewer keys.
-                    hit[0] = 0
-                    if before[0] + scan[0] - mine[0] < T.cast(state[1], "int32") and T.cast(state[1], "int32") <= before[0] + scan[0]:
-                        hit[0] = 1
-                        slot[0] = T.cast(state[1], "int32") - (before[0] + scan[0] - mine[0])
-                    # Every thread reads state before the owner of the bin rewrites it.
-                    T.sync_threads()
-                    if hit[0] != 0:
-                        state[0] = state[0] | (T.cast(_BLOCK_BINS - 1 - tx, "uint32") << T.cast(shift, "uint32"))
-                        state[1] = T.cast(slot[0], "uint32")
-                    T.sync_threads()
-            # 3. Stable compaction over contiguous ids.
-            thr = state[0]
+                    state[3] = T.uint32(0)
+                T.sync_threads()
+                for shift, digit_bits in _BLOCK_DIGITS:
+                    if state[3] == T.uint32(0):
+                        # In a register: a shared read among the atomics would get a barrier per key.
+                        prefix[0] = state[0]
+                        for e in T.unroll(_THREAD_BINS):
+                            hist[tx * _THREAD_BINS + e] = 0
+                        T.sync_threads()
+                        for i in T.unroll(per):
+                            # Keys whose higher digits equal the prefix found so far (every key in pass 0).
+                            if shift + digit_bits == 32 or (keys[i] >> T.uint32(shift + digit_bits)) == (prefix[0] >> T.uint32(shift + digit_bits)):
+                                T.atomic_add(hist[T.cast((keys[i] >> T.uint32(shift)) & T.uint32((1 << digit_bits) - 1), "int32")], 1)
+                        T.sync_threads()
+                        # Thread tx holds the 8 bins from digit 2047 - 8 tx down: the scan counts keys
+                        # from the top down.
+                        mine[0] = 0
+                        for e in T.unroll(_THREAD_BINS):
+                            mine[0] += hist[_BLOCK_BINS - 1 - tx * _THREAD_BINS - e]
+                        scan_block(mine, scan, before, total, warp_total, warp, lane)
+                        # Exactly one thread's bins hold the need-th largest key; it walks them.
+                        hit[0] = 0
+                        slot[0] = before[0] + scan[0] - mine[0]
+                        wanted[0] = T.cast(state[1], "int32")
+                        if slot[0] < wanted[0] and wanted[0] <= slot[0] + mine[0]:
+                            for e in T.unroll(_THREAD_BINS):
+                                if hit[0] == 0:
+                                    count = hist[_BLOCK_BINS - 1 - tx * _THREAD_BINS - e]
+                                    if wanted[0] <= slot[0] + count:
+                                        hit[0] = 1 + e
+                                        taken_eq[0] = count
+                                    else:
+                                        slot[0] += count
+                        # Every thread reads state before the owner of the bin rewrites it.
+                        T.sync_threads()
+                        if hit[0] != 0:
+                            state[0] = state[0] | (T.cast(_BLOCK_BINS - tx * _THREAD_BINS - hit[0], "uint32") << T.uint32(shift))
+                            state[1] = T.cast(wanted[0] - slot[0], "uint32")
+                            state[2] = T.uint32(shift)
+                            state[3] = T.if_then_else(wanted[0] - slot[0] == taken_eq[0], T.uint32(1), T.uint32(0))
+                        T.sync_threads()
+            # 3. Stable compaction over contiguous ids, comparing the digits from state[2] up.
+            low = state[2]
+            thr = state[0] >> low
             take = T.cast(state[1], "int32")
             mine[0] = 0
             for i in T.unroll(per):
                 if tx * per + i < NB:
-                    mine[0] += T.if_then_else(skeys[tx * per + i] > thr, 1 << 16, 0)
-                    mine[0] += T.if_then_else(skeys[tx * per + i] == thr, 1, 0)
+                    mine[0] += T.if_then_else((skeys[tx * per + i] >> low) > thr, 1 << 16, 0)
+                    mine[0] += T.if_then_else((skeys[tx * per + i] >> low) == thr, 1, 0)
             scan_block(mine, scan, before, total, warp_total, warp, lane)
             slot[0] = before[0] + scan[0] - mine[0]
             taken_eq[0] = T.min(slot[0] & 0xFFFF, take)
             slot[0] = (slot[0] >> 16) + taken_eq[0]
             for i in T.unroll(per):
                 if tx * per + i < NB:
-                    if skeys[tx * per + i] > thr:
+                    if (skeys[tx * per + i] >> low) > thr:
                         write(ids, block_table, req_index, row, slot[0], tx * per + i)
                         slot[0] += 1
-                    elif skeys[tx * per + i] == thr and taken_eq[0] < take:
+                    elif (skeys[tx * per + i] >> low) == thr and taken_eq[0] < take:
                         write(ids, block_table, req_index, row, slot[0], tx * per + i)
                         slot[0] += 1
                         taken_eq[0] += 1
