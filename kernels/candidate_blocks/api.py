@@ -47,9 +47,9 @@ from kernels.interface import (
 __all__ = ["select_candidate_blocks"]
 
 # From this many queries the warp-per-query kernel is faster. Same-run H200 sweep (132 SMs; 2048
-# blocks, every query sees all of them, k = 64), block / warp kernel in us: 1 query 5.66 / 5.77,
-# 64: 5.86 / 6.50, 256: 7.27 / 7.70, 384: 8.23 / 7.70, 512: 9.59 / 7.96, 2048: 26.81 / 13.78.
-WARP_KERNEL_MIN_QUERIES = 384
+# blocks, every query sees all of them, k = 64), block / warp kernel in us: 1 query 3.78 / 5.75,
+# 64: 4.29 / 6.57, 256: 5.76 / 7.48, 512: 7.67 / 7.95, 1024: 11.63 / 9.62; they cross in between.
+WARP_KERNEL_MIN_QUERIES = 768
 
 
 def select_candidate_blocks(
