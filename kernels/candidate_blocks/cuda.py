@@ -89,6 +89,11 @@ __all__ = [
 ]
 
 _WARP = 32
+# Both kernels' radix digits, from the top: (shift, bits); 11 + 11 + 10 = 32. An 11-bit first digit
+# spreads real-valued scores over enough bins that the second pass usually resolves the threshold
+# (8 bits are the sign and 7 exponent bits: most of a row lands in two bins).
+_DIGITS = ((21, 11), (10, 11), (0, 10))
+_BINS = 1 << max(bits for _, bits in _DIGITS)
 
 
 def candidate_blocks_shipped_configs() -> list[tuple[int, int, int, int, str, str | None]]:
@@ -149,13 +154,8 @@ def _prim_func(select, NB: int, k: int, n_dtype: str, req_dtype, t, B, M, S):
 
 _THREADS = 256
 _WARPS = _THREADS // _WARP
-# Digits of the radix select, from the top: (shift, bits); 11 + 11 + 10 = 32. An 11-bit first digit
-# spreads real-valued scores over enough bins that the second pass usually resolves the threshold
-# (8 bits are the sign and 7 exponent bits: most of a row lands in two bins).
-_BLOCK_DIGITS = ((21, 11), (10, 11), (0, 10))
-_BLOCK_BINS = 2048
 # Bins per thread in the scan: thread tx holds bins 2047 - 8 tx - e, e = 0..7 (from the top down).
-_THREAD_BINS = _BLOCK_BINS // _THREADS
+_THREAD_BINS = _BINS // _THREADS
 
 
 @tilelang.jit
@@ -186,7 +186,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
             wanted = T.alloc_local((1,), "int32")
             prefix = T.alloc_local((1,), "uint32")
             skeys = T.alloc_shared((per * _THREADS,), "uint32")
-            hist = T.alloc_shared((_BLOCK_BINS,), "int32")
+            hist = T.alloc_shared((_BINS,), "int32")
             warp_total = T.alloc_shared((_WARPS,), "int32")
             # state[0] = the threshold's digits found so far, state[1] = keys still needed at it,
             # state[2] = the shift below those digits, state[3] = 1 once no more digits are needed
@@ -227,7 +227,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                     state[1] = T.cast(need, "uint32")
                     state[3] = T.uint32(0)
                 T.sync_threads()
-                for shift, digit_bits in _BLOCK_DIGITS:
+                for shift, digit_bits in _DIGITS:
                     if state[3] == T.uint32(0):
                         # In a register: a shared read among the atomics would get a barrier per key.
                         prefix[0] = state[0]
@@ -243,7 +243,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                         # from the top down.
                         mine[0] = 0
                         for e in T.unroll(_THREAD_BINS):
-                            mine[0] += hist[_BLOCK_BINS - 1 - tx * _THREAD_BINS - e]
+                            mine[0] += hist[_BINS - 1 - tx * _THREAD_BINS - e]
                         scan_block(mine, scan, before, total, warp_total, warp, lane)
                         # Exactly one thread's bins hold the need-th largest key; it walks them.
                         hit[0] = 0
@@ -252,7 +252,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                         if slot[0] < wanted[0] and wanted[0] <= slot[0] + mine[0]:
                             for e in T.unroll(_THREAD_BINS):
                                 if hit[0] == 0:
-                                    count = hist[_BLOCK_BINS - 1 - tx * _THREAD_BINS - e]
+                                    count = hist[_BINS - 1 - tx * _THREAD_BINS - e]
                                     if wanted[0] <= slot[0] + count:
                                         hit[0] = 1 + e
                                         taken_eq[0] = count
@@ -261,7 +261,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
                         # Every thread reads state before the owner of the bin rewrites it.
                         T.sync_threads()
                         if hit[0] != 0:
-                            state[0] = state[0] | (T.cast(_BLOCK_BINS - tx * _THREAD_BINS - hit[0], "uint32") << T.uint32(shift))
+                            state[0] = state[0] | (T.cast(_BINS - tx * _THREAD_BINS - hit[0], "uint32") << T.uint32(shift))
                             state[1] = T.cast(wanted[0] - slot[0], "uint32")
                             state[2] = T.uint32(shift)
                             state[3] = T.if_then_else(wanted[0] - slot[0] == taken_eq[0], T.uint32(1), T.uint32(0))
@@ -302,14 +302,11 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
 # block, the longest one holds the rest). 16 resident per SM cap registers at 128 per thread (the
 # row's keys take 64 of them).
 _BLOCKS_PER_SM = 16
-# Digits of the radix select, from the top: (shift, bits); 11 + 11 + 10 = 32.
-_DIGITS = ((21, 11), (10, 11), (0, 10))
-_WARP_BINS = 2048
 # A spare bin after the histogram takes the atomics of uncounted keys (4 keep the size a multiple of
 # 16 bytes).
 _SPARE = 4
 # Bins each lane sums in the scan, and pairs of them each lane holds in the second level.
-_LANE_BINS = _WARP_BINS // _WARP
+_LANE_BINS = _BINS // _WARP
 _SHUFFLES = 5
 # Steps (of 32 ids) under one test of the row length: a test per step costs a branch per step.
 _GROUP = 4
@@ -361,7 +358,7 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
     def count(hist, bin_index, counted, digit):
         # Uncounted keys go to the spare bin: a predicated atomic costs a branch per key. (A local
         # int32 keeps the select out of the 64-bit index arithmetic.)
-        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _WARP_BINS)
+        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _BINS)
         T.atomic_add(hist[bin_index[0]], 1)
 
     @T.macro
@@ -415,8 +412,7 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
     def select(scores, n_t, block_table, req_index, ids):
         with T.Kernel(t, threads=_WARP) as bx:
             T.annotate_min_blocks_per_sm(_BLOCKS_PER_SM)
-            tx = T.get_thread_binding(0)
-            lane = tx
+            lane = T.get_thread_binding(0)
             row = T.cast(bx, "int64")
             keys = T.alloc_local((per,), "uint32")
             bin_index = T.alloc_local((1,), "int32")
@@ -430,7 +426,7 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
             incl = T.alloc_local((1,), "int32")
             state = (prefix, shift, need, done, incl)
             out = T.alloc_local((1,), "int32")
-            hist = T.alloc_shared((_WARP_BINS + _SPARE,), "int32")
+            hist = T.alloc_shared((_BINS + _SPARE,), "int32")
             n = T.cast(T.max(T.min(T.cast(n_t[row], "int64"), NB), 0), "int32")
             # Id 32 i + lane is a candidate when 32 i < left.
             left = n - T.cast(lane, "int32")
