@@ -19,20 +19,24 @@ rounding of the normalising sum.
 
 Dispatch:
   CPU tensors            the PyTorch reference.
-  V <= ref.MAX_V and B <= split_batch_limit(device)
-                         one fused_sample_tl kernel (on CUDA, a cluster of blocks per row holding
-                         the row in shared memory; on Ascend, the sampler's kernel under this name).
-  otherwise              the sampler's kernel (sampler_tl): the split kernel needs the whole row in
-                         the cluster's shared memory, and a larger row does not fit; and past a few
-                         waves of clusters one block per row is faster (see split_batch_limit).
+  B <= ref.MAX_ROWS      one fused_sample_tl kernel. On CUDA, every row is split into chunks of
+                         ref.CHUNK entries, one block each, and the last block of a row to finish
+                         completes it (kernels/fused_sample/cuda.py), with a workspace from the
+                         caching allocator (no launch) and a per-device, per-stream counter array
+                         that every launch leaves zeroed. On Ascend, the sampler's kernel under this
+                         name.
+  otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
+                         ref.MAX_ROWS rows.
 Either kernel takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic
 (one compile per dtype, load width and top_k dtype). Invalid arguments raise TypeError or ValueError
 naming the argument before anything is written. B == 0 launches nothing.
+
+Concurrency: launches on one stream share that stream's counters and run in order. A captured CUDA
+graph keeps the counters of the stream it was captured on: two graphs captured on one stream must
+not be replayed concurrently on different streams.
 """
 
 from __future__ import annotations
-
-import sys
 
 import torch
 
@@ -40,22 +44,37 @@ from kernels.fused_sample import ref
 from kernels.interface import backend_ops, is_host
 from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_reference
 
-__all__ = ["fused_sample", "split_batch_limit"]
+__all__ = ["fused_sample"]
 
-# Rows per cluster-sized group of SMs the split kernel may take (the limit is this times SMs // 8).
-# On an H200 (132 SMs), fp32 V 129280 with top-k 50 and top-p 0.9, the split kernel took 83 / 123 /
-# 162 / 201 / 256 / 301 us at B = 16 / 32 / 48 / 64 / 80 / 96 and the sampler's kernel 248-256 us
-# up to B = 80: the split wins up to B = 64 = 4 * 16 and ties at 80 (kernels/fused_sample/PERF.md).
-_SPLIT_ROWS_PER_GROUP = 4
+# (device index, stream) -> the int32 arrival counters of that stream's launches, all zero between
+# launches (the kernel's last block of a row resets its counter).
+_ARRIVALS: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def split_batch_limit(device: torch.device) -> int:
-    """The largest batch the split (cluster) kernel takes on `device`: _SPLIT_ROWS_PER_GROUP rows per
-    ref.CLUSTER_BLOCKS SMs (64 on an H200). Off CUDA there is one kernel, so no limit. Reads cached
-    device properties: no host sync."""
-    if device.type != "cuda":
-        return sys.maxsize
-    return _SPLIT_ROWS_PER_GROUP * (torch.cuda.get_device_properties(device).multi_processor_count // ref.CLUSTER_BLOCKS)
+def _arrivals(device: torch.device, rows: int) -> torch.Tensor:
+    """At least `rows` zeroed int32 counters for launches on the current stream of `device`; a
+    fresh array (one memset) only the first time or when a larger batch comes."""
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+    counters = _ARRIVALS.get(key)
+    if counters is None or counters.numel() < rows:
+        counters = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
+        _ARRIVALS[key] = counters
+    return counters
+
+
+def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(chunk_f, chunk_i, list_x, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
+    V entries: one uninitialised allocation (the kernel writes every entry it reads) and the
+    stream's counters."""
+    slots = B * -(-V // ref.CHUNK)
+    words = slots * (2 * ref.LIST_CAP + 5)
+    ws = torch.empty(words, dtype=torch.int32, device=device)
+    lists = slots * ref.LIST_CAP
+    list_id = ws[:lists].view(slots, ref.LIST_CAP)
+    list_x = ws[lists : 2 * lists].view(torch.float32).view(slots, ref.LIST_CAP)
+    chunk_i = ws[2 * lists : 2 * lists + 3 * slots].view(slots, 3)
+    chunk_f = ws[2 * lists + 3 * slots :].view(torch.float32).view(slots, 2)
+    return chunk_f, chunk_i, list_x, list_id, _arrivals(device, B)
 
 
 def fused_sample(
@@ -73,11 +92,13 @@ def fused_sample(
     name = "fused_sample"
     args = (logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs)
     result = check_arguments(name, *args, out)
-    if logits.shape[0] == 0:
+    B, V = logits.shape
+    if B == 0:
         return result
     if is_host(logits):
         return run_reference(*args, result)
     ops = backend_ops(name, logits).ops
-    split = logits.shape[1] <= ref.MAX_V and logits.shape[0] <= split_batch_limit(logits.device)
-    factory = ops.fused_sample_tl if split else ops.sampler_tl
-    return launch(factory, *args, result)
+    if B > ref.MAX_ROWS:
+        return launch(ops.sampler_tl, *args, result)
+    workspace = _workspace(B, V, logits.device) if logits.device.type == "cuda" else ()
+    return launch(ops.fused_sample_tl, *args, result, workspace)

@@ -1,8 +1,8 @@
 """Tests of `fused_sample`: its contract is the sampler's (kernels/sampler/ref.py, tested against an
 independent oracle in kernels/sampler/sampler_test.py), so these tests hold the interface and the
 kernels to it: the CPU interface against the reference, interface validation, the dispatch (the
-split kernel up to ref.MAX_V, the sampler's kernel above), codegen, and on the device fused_sample ==
-sampler == reference token for token.
+chunked kernel up to ref.MAX_ROWS rows, the sampler's kernel above) and its workspace, codegen, and
+on the device fused_sample == sampler == reference token for token, with the counters left zero.
 
 Suites (markers, selected by `--tl-suite`; see testing/plugin.py): ref, codegen_cuda, codegen_ascend,
 device. Inputs and checks are the sampler's (kernels/sampler/sampler_testlib.py), drawn fresh per
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import types
 
 import pytest
@@ -46,14 +45,14 @@ def test_contract_is_the_samplers():
     assert ref.fused_sample_shipped_configs() == sampler_ref.sampler_shipped_configs()
     for config in ref.fused_sample_shipped_configs():
         ref.check_config("test", *config)
-    # The models' vocabularies take the split kernel.
-    assert ref.MAX_V == 163840 and 151936 <= ref.MAX_V < ref.MAX_VOCAB
+    # Rows are the grid's second dimension, capped at 65535 blocks by CUDA.
+    assert ref.MAX_ROWS == 65535
     assert inspect.signature(api.fused_sample) == inspect.signature(sampler_api.sampler)
 
 
 @pytest.mark.ref
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("B,V", [(1, 1), (10, 77), (3, ref.MAX_V + 1)], ids=lambda x: str(x))
+@pytest.mark.parametrize("B,V", [(1, 1), (10, 77), (3, 2 * ref.CHUNK + 5)], ids=lambda x: str(x))
 def test_cpu_interface_equals_ref(dtype, B, V):
     logits = (torch.randn(B, V + 3) * 3)[:, :V].to(dtype)  # strided rows
     logits[torch.rand(B, V) < 0.05] = math.nan
@@ -123,19 +122,18 @@ class _RecordingOps:
 
 @pytest.mark.ref
 @pytest.mark.parametrize(
-    "dtype,V,top_k_dtype,factory,vec",
+    "dtype,V,top_k_dtype,vec",
     [
-        (torch.float32, 129280, torch.int64, "fused_sample_tl", 4),
-        (torch.bfloat16, 151936, torch.int32, "fused_sample_tl", 8),
-        (torch.float32, ref.MAX_V, torch.int32, "fused_sample_tl", 4),
-        (torch.bfloat16, ref.MAX_V + 1, torch.int64, "sampler_tl", 1),
-        (torch.float32, ref.MAX_V + 4, torch.int64, "sampler_tl", 4),
+        (torch.float32, 129280, torch.int64, 4),
+        (torch.bfloat16, 151936, torch.int32, 8),
+        (torch.bfloat16, 151937, torch.int64, 1),
+        (torch.float32, 300004, torch.int64, 4),
     ],
 )
-def test_dispatch_by_vocabulary(monkeypatch, dtype, V, top_k_dtype, factory, vec):
-    """Device dispatch, on CPU tensors treated as device ones: the split kernel up to MAX_V, the
-    sampler's above it, each with the sampler's static arguments (vec from the row stride: odd
-    bfloat16 rows load one element at a time) and the same launch arguments."""
+def test_dispatch(monkeypatch, dtype, V, top_k_dtype, vec):
+    """Device dispatch, on CPU tensors treated as device ones (not CUDA: no workspace, as on Ascend):
+    fused_sample_tl at every vocabulary, with the sampler's static arguments (vec from the row
+    stride: odd bfloat16 rows load one element at a time) and the same launch arguments."""
     ops = _RecordingOps()
     monkeypatch.setattr(api, "is_host", lambda t: False)
     monkeypatch.setattr(api, "backend_ops", lambda name, t: types.SimpleNamespace(ops=ops))
@@ -147,33 +145,45 @@ def test_dispatch_by_vocabulary(monkeypatch, dtype, V, top_k_dtype, factory, vec
     api.fused_sample(logits, *params, return_logprobs=True, out=out)
     ((name, static, args),) = ops.calls
     dname = str(dtype).removeprefix("torch.")
-    assert name == factory
+    assert name == "fused_sample_tl"
     assert static == (dname, vec, str(top_k_dtype).removeprefix("torch."))
-    assert args[0] is logits and all(a is p for a, p in zip(args[1:7], params))
+    assert len(args) == 10 and args[0] is logits and all(a is p for a, p in zip(args[1:7], params))
     assert args[7] is out[0] and args[8] is out[1] and args[9].dtype == torch.uint8
-
-
-@pytest.mark.ref
-def test_split_batch_limit(monkeypatch):
-    """Four rows per 8 SMs: 64 rows on an H200's 132 SMs; off CUDA one kernel serves every batch."""
-    props = types.SimpleNamespace(multi_processor_count=132)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-    assert api.split_batch_limit(torch.device("cuda", 0)) == 64
-    assert api.split_batch_limit(torch.device("cpu")) == sys.maxsize
 
 
 @pytest.mark.ref
 @pytest.mark.parametrize("B,factory", [(1, "fused_sample_tl"), (5, "fused_sample_tl"), (6, "sampler_tl")])
 def test_dispatch_by_batch(monkeypatch, B, factory):
-    """Batches up to split_batch_limit take the split kernel, larger ones the sampler's."""
+    """Batches up to ref.MAX_ROWS take the chunked kernel, larger ones the sampler's."""
     ops = _RecordingOps()
     monkeypatch.setattr(api, "is_host", lambda t: False)
     monkeypatch.setattr(api, "backend_ops", lambda name, t: types.SimpleNamespace(ops=ops))
-    monkeypatch.setattr(api, "split_batch_limit", lambda device: 5)
+    monkeypatch.setattr(ref, "MAX_ROWS", 5)
     V = 129280
     api.fused_sample(torch.zeros(B, V), *mixed_params(B, V), return_logprobs=True, out=poisoned_out(B, "cpu"))
     ((name, _, _),) = ops.calls
     assert name == factory
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("B,V", [(1, 1), (3, ref.CHUNK), (2, ref.CHUNK + 1), (5, 129280)], ids=str)
+def test_workspace_layout(monkeypatch, B, V):
+    """The CUDA workspace: one record and one list per (row, chunk), disjoint views of one
+    allocation with the kernel's shapes and dtypes, and the stream's counters."""
+    counters = torch.zeros(7, dtype=torch.int32)
+    monkeypatch.setattr(api, "_arrivals", lambda device, rows: counters)
+    chunk_f, chunk_i, list_x, list_id, arrivals = api._workspace(B, V, torch.device("cpu"))
+    slots = B * math.ceil(V / ref.CHUNK)
+    assert chunk_f.shape == (slots, 2) and chunk_f.dtype == torch.float32
+    assert chunk_i.shape == (slots, 3) and chunk_i.dtype == torch.int32
+    assert list_x.shape == list_id.shape == (slots, ref.LIST_CAP)
+    assert list_x.dtype == torch.float32 and list_id.dtype == torch.int32
+    assert arrivals is counters
+    views = [chunk_f, chunk_i, list_x, list_id]
+    assert all(v.is_contiguous() for v in views)
+    spans = sorted((v.data_ptr(), v.data_ptr() + v.numel() * v.element_size()) for v in views)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "workspace views overlap"
+    assert spans[-1][1] - spans[0][0] == slots * (2 * ref.LIST_CAP + 5) * 4
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -223,11 +233,11 @@ def test_ascend_kernel_is_the_samplers():
 # ----------------------------------------------------------------------------------------------------
 # Device: fused_sample against the sampler's kernel and the reference, on the same device tensors.
 
-# Batches from one row (the vocabulary split's case) to the split kernel's largest on an H200 (64) and
-# more rows than SMs (the sampler's kernel serves them); vocabularies from one
-# column to the models' and one past MAX_V (the sampler's kernel serves it).
+# Batches from one row (the vocabulary split's case) to more rows than SMs; vocabularies from one
+# column (one chunk) to the models' (16 and 19 chunks) and one whose lists can pass the finishing
+# block's capacity (37 chunks).
 DEVICE_BATCHES = [1, 3, 64, 200]
-DEVICE_VOCABS = [1, 7, 1000, 129280, 151936, ref.MAX_V + 1001]
+DEVICE_VOCABS = [1, 7, 1000, 129280, 151936, 300007]
 
 
 def _assert_equals_sampler(got, logits, params):
@@ -281,7 +291,7 @@ def test_device_decode_settings_match_sampler_and_ref(device, B, V, dtype):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("V", [129280, ref.MAX_V + 1001], ids=lambda v: f"V{v}")
+@pytest.mark.parametrize("V", [129280, 300007], ids=lambda v: f"V{v}")
 def test_device_batch_invariance(device, V):
     """A row's token depends on its own logits, parameters and counters only: permuting the batch,
     sampling the row alone, or replacing every other row (logits and parameters) leaves it."""
@@ -298,6 +308,44 @@ def test_device_batch_invariance(device, V):
     other_params = tuple(torch.cat([p[:8], q[8:]]) for p, q in zip(params, mixed_params(B, V, device)))
     assert_bitwise_equal(api.fused_sample(other, *other_params).tokens[:8], got.tokens[:8])
     assert_bitwise_equal(api.fused_sample(logits, *params).tokens, got.tokens)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_device_rows_by_each_path(device, dtype):
+    """One row down each path of the CUDA kernel, against the reference and the sampler: lists of
+    top-k's T0 (row 0), all-equal logits (every list overflows: the row is read again), top-k above
+    the T0 filter, no filter at all, min-p alone (its bound), every s underflowing to -inf (m = -inf:
+    the row is read again)."""
+    B, V = 6, 129280
+    logits = torch.randn(B, V, device=device) * 3
+    logits[1] = 1.5
+    logits[5] = -3e38
+    logits = logits.to(dtype)
+    seed, offset = (t.to(device) for t in counters(B))
+    params = (
+        torch.tensor([0.7, 0.7, 0.9, 1.0, 1.0, 1e-3], device=device),
+        torch.tensor([50, 50, 300, 0, 0, 0], device=device),
+        torch.tensor([0.9, 0.9, 1.0, 1.0, 1.0, 0.9], device=device),
+        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.2, 0.0], device=device),
+        seed,
+        offset,
+    )
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+
+
+@pytest.mark.device
+def test_device_counters_left_zero(device, backend):
+    """Every launch leaves the arrival counters zero (the next launch on the stream relies on it)."""
+    if backend != "cuda":
+        pytest.skip("the counters are the CUDA kernel's")
+    B, V = 9, 129280
+    logits = torch.randn(B, V, device=device) * 3
+    params = mixed_params(B, V, device)
+    for _ in range(3):
+        _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    torch.cuda.synchronize(device)
+    assert api._ARRIVALS and all(int(c.count_nonzero()) == 0 for c in api._ARRIVALS.values())
 
 
 @pytest.mark.device

@@ -11,12 +11,10 @@ fused_sample_ref IS sampler_ref, so "fused_sample == sampler, token for token" h
 here, and the device tests hold both kernels to it.
 
 Why a second kernel for the same contract: the sampler runs one block per request and streams the
-row from global memory on every pass, so a small batch leaves most SMs idle and each row costs
-about ten reads at one SM's share of bandwidth. fused_sample's CUDA kernel splits each row across a
-thread-block cluster of 8 blocks, each holding 1/8 of the row in shared memory (read from global
-memory once, not once per pass), the blocks combining their partial results across the cluster.
-Holding the row bounds the vocabulary: V <= MAX_V = 8 blocks x 20480 entries (DeepSeek-V3's 129280
-and Qwen's 151936 fit); the interface hands larger rows to the sampler's kernel.
+row from global memory on every pass, so a small batch leaves most SMs idle and each row costs four
+reads at one SM's share of bandwidth. fused_sample's CUDA kernel splits each row into chunks of
+CHUNK entries, one block each, that read the row once between them and list every entry a filter
+could keep; the last block of a row to finish runs the sampler's passes over those lists alone.
 """
 
 from __future__ import annotations
@@ -33,10 +31,11 @@ from kernels.sampler.ref import (
 )
 
 __all__ = [
-    "CLUSTER_BLOCKS",
+    "CHUNK",
     "DTYPES",
+    "LIST_CAP",
     "MASS_BITS",
-    "MAX_V",
+    "MAX_ROWS",
     "MAX_VOCAB",
     "TOP_K_DTYPES",
     "check_config",
@@ -47,10 +46,12 @@ __all__ = [
 
 fused_sample_ref = sampler_ref
 
-# Blocks of the split kernel's cluster, one per SM (the largest cluster every Hopper launch accepts).
-CLUSTER_BLOCKS = 8
-# The largest vocabulary the split kernel holds on chip: one cluster x 20480 entries.
-MAX_V = CLUSTER_BLOCKS * 20480
+# Workspace layout of the CUDA kernel (kernels/fused_sample/cuda.py; the interface allocates it):
+# entries of a row one block reads, and candidates one block may list.
+CHUNK = 8192
+LIST_CAP = 256
+# Rows are the grid's second dimension (at most 65535 blocks); larger batches take the sampler's kernel.
+MAX_ROWS = 65535
 
 
 def fused_sample_shipped_configs() -> list[tuple[str, int, str]]:

@@ -115,7 +115,7 @@ def noise_bits(v, keys, h):
 
 @T.macro
 def exponential_noise(h):
-    """float32 E = -logf(u), u = ((h[0] >> 8) + 0.5) * 2**-24 (exact), as ref.exponential_noise."""
+    """float32 E = -logf(u), u = ((h[0] >> 9) + 0.5) * 2**-23 (exact), as ref.exponential_noise."""
     return -T.log((T.cast(h[0] >> T.uint32(U_SHIFT), "float32") + T.float32(0.5)) * T.float32(U_SCALE))
 
 

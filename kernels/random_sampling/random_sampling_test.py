@@ -52,7 +52,7 @@ def oracle_keys(x: torch.Tensor, seed, offset, source: str, temperature=None) ->
     """(keys, included) in float64 from the same noise bits: p / E, or l / t - log(E) (greedy rows:
     l); entries that cannot be drawn are excluded."""
     bits = ref.noise_bits(seed, offset, x.shape[1])
-    e = -torch.log(((bits >> 8).double() + 0.5) * 2.0**-24)
+    e = -torch.log(((bits >> 9).double() + 0.5) * 2.0**-23)
     x64 = x.double()
     if source == "probs":
         return x64 / e, x64 > 0
@@ -119,6 +119,10 @@ def test_noise_is_uniform_and_exponential():
     assert_bitwise_equal(e, -torch.log(u))
     # Exp(1): mean 1 and P(E > 1) = 1/e, std about 0.003 and 0.0015 here.
     assert abs(float(e.double().mean()) - 1) < 0.02 and abs(float((e > 1).double().mean()) - math.exp(-1)) < 0.01
+    # The extreme cells too: u never rounds to 0 or 1, so E is positive and finite for every bits.
+    edge = ref.uniform_noise(torch.tensor([0, 511, 512, MASK - 512, MASK - 511, MASK], dtype=torch.int64))
+    assert float(edge.min()) > 0 and float(edge.max()) < 1
+    assert bool(torch.isfinite(-torch.log(edge)).all()) and float((-torch.log(edge)).min()) > 0
 
 
 @pytest.mark.ref

@@ -17,8 +17,10 @@ Per request, from its int64 seed s and int64 offset o (two's complement; lo/hi =
     k1 = mix32(o_lo ^ mix32(o_hi ^ k0 ^ 0x7F4A7C15))
 Per vocab id v (0 <= v < V):
     bits(v) = mix32(mix32(v ^ k1) + k0)      a bijection of v for fixed keys: no two ids collide
-    u(v)    = ((bits(v) >> 8) + 0.5) * 2**-24  float32, exact, strictly inside (0, 1)
-    E(v)    = -log(u(v))                       float32 natural log: Exp(1) noise, in (0, 17.4)
+    u(v)    = ((bits(v) >> 9) + 0.5) * 2**-23  float32, exact, strictly inside (0, 1)
+    E(v)    = -log(u(v))                       float32 natural log: Exp(1) noise, in [5.9e-8, 16.64]
+u keeps 23 bits, not 24: with 24, the top cell's centre (2**24 - 0.5) * 2**-24 = 1 - 2**-25 is no
+float32 and rounded to 1.0, so 1 id in 2**24 got E = 0 and a key of +inf (w > 0) or NaN (w = 0).
 The noise of a row depends on (seed, offset, v) only: never on the batch, other rows or V.
 
 Sampling (B rows, one token each; ties go to the lowest vocab id):
@@ -69,9 +71,10 @@ SEED_SALT = 0x9E3779B9
 OFFSET_SALT = 0x7F4A7C15
 MIX_MUL1 = 0x85EBCA6B
 MIX_MUL2 = 0xC2B2AE35
-# u = ((bits >> 8) + 0.5) * 2**-24: the top 24 bits, centred in their cell (exact in float32).
-U_SHIFT = 8
-U_SCALE = 2.0**-24
+# u = ((bits >> 9) + 0.5) * 2**-23: the top 23 bits, centred in their cell (exact in float32: the
+# largest, 1 - 2**-24, is a float32; 24 bits would round the top cell's centre to 1.0).
+U_SHIFT = 9
+U_SCALE = 2.0**-23
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -112,7 +115,7 @@ def noise_bits(seed: torch.Tensor, offset: torch.Tensor, vocab_size: int) -> tor
 
 
 def uniform_noise(bits: torch.Tensor) -> torch.Tensor:
-    """float32 u = ((bits >> 8) + 0.5) * 2**-24 in (0, 1), exactly, from noise bits."""
+    """float32 u = ((bits >> 9) + 0.5) * 2**-23 in (0, 1), exactly, from noise bits."""
     return ((bits >> U_SHIFT).to(torch.float32) + 0.5) * U_SCALE
 
 

@@ -138,16 +138,17 @@ def run_reference(logits, temperature, top_k, top_p, min_p, seed, offset, return
     return result
 
 
-def launch(factory, logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs: bool, result: SamplerOutput) -> SamplerOutput:
+def launch(factory, logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs: bool, result: SamplerOutput, workspace: tuple = ()) -> SamplerOutput:
     """Runs factory(dtype, vec, top_k_dtype)'s kernel (the sampler's or fused_sample's: the same
-    arguments) on checked device tensors with B >= 1, writing `result`."""
+    arguments, then fused_sample's CUDA workspace when given) on checked device tensors with
+    B >= 1, writing `result`."""
     n = logits.shape[0]
     x, row_stride = dense_rows(logits)
     dtype = LOGITS_DTYPES[logits.dtype]
     kernel = factory(dtype, ref.vector_elements(dtype, row_stride, base_alignment(x)), INDEX_DTYPES[top_k.dtype])
     # The kernel always writes a logprob; when none is asked for it goes to a scratch row.
     logprobs = result.logprobs if return_logprobs else torch.empty((n,), dtype=torch.float32, device=logits.device)
-    kernel(x, temperature, top_k, top_p, min_p, seed, offset, result.tokens, logprobs, result.empty.view(torch.uint8))
+    kernel(x, temperature, top_k, top_p, min_p, seed, offset, result.tokens, logprobs, result.empty.view(torch.uint8), *workspace)
     return result
 
 

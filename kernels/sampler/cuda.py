@@ -57,13 +57,15 @@ batches.
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
+import types
+
 import tilelang
 import tilelang.language as T
 
 from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.ref import MASS_BITS, check_config, sampler_shipped_configs
 
-__all__ = ["sampler_shipped_configs", "sampler_tl"]
+__all__ = ["alloc_row", "sample_row", "sampler_shipped_configs", "sampler_tl"]
 
 # 512 threads leave each thread up to 128 registers (1024 would cap them at 64 and spill).
 _THREADS = 512
@@ -202,24 +204,29 @@ def pick_bin(tx, phase, shift, incl, count, st, sf):
     b = T.cast(_BINS - 1 - tx, "int64")
     above = incl - count
     remain = st[_ST_REMAIN_IN]
+    # Each slot is written once and never read back here: a shared-memory read after this thread's
+    # own write makes TileLang's barrier planner put a __syncthreads inside this one-thread branch.
+    prefix = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
+    mask = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
     if phase < _PHASE_TOP_P:
         # Top-k: the bin where the entries above stop short of the remaining rank and the bin reaches it.
         if above < remain and remain <= incl:
-            st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
-            st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
             st[_ST_REMAIN] = remain - above
             if phase == _PHASE_TOP_P - 1:
-                sf[_SF_TAU_K] = _unordered(T.cast(st[_ST_PREFIX], "uint32"))
+                sf[_SF_TAU_K] = _unordered(T.cast(prefix, "uint32"))
                 st[_ST_PREFIX] = T.int64(0)
                 st[_ST_MASK] = T.int64(0)
+            else:
+                st[_ST_PREFIX] = prefix
+                st[_ST_MASK] = mask
     elif (remain + incl) * T.int64(1 << MASS_BITS) >= st[_ST_TARGET] and (remain + above) * T.int64(1 << MASS_BITS) < st[_ST_TARGET]:
         # Top-p: the highest bin whose mass, with all mass above it, reaches the target; a
         # positive target makes that bin's own mass positive, so the bin holds a w.
-        st[_ST_PREFIX] = st[_ST_PREFIX] | (b << T.cast(shift, "int64"))
-        st[_ST_MASK] = st[_ST_MASK] | (T.int64(_BINS - 1) << T.cast(shift, "int64"))
-        st[_ST_REMAIN] = remain + above
         if phase == _PHASE_RACE - 1:
-            sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(st[_ST_PREFIX], "uint32"))
+            sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(prefix, "uint32"))
+        st[_ST_PREFIX] = prefix
+        st[_ST_MASK] = mask
+        st[_ST_REMAIN] = remain + above
 
 
 @T.macro
@@ -300,72 +307,211 @@ def finish_scan(tx, phase, shift, incl, count, warp, scan_total, st, sf):
     pick_bin(tx, phase, shift, incl[0], count[0], st, sf)
 
 
+@T.macro
+def visit(r, val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, mask, shift, replica):
+    """Folds entry v (logit val) into this thread's part of the phase's work (r: the row's buffers,
+    alloc_row); compact (a constant): 1 where it comes from the candidates, 0 from the row. Top-k
+    and top-p test x against cut (the x threshold of their s threshold, x_threshold), so only the
+    entries they keep pay for s = x / t and expf."""
+    x32 = T.cast(val, "float32")
+    # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
+    if x32 > -T.infinity("float32"):
+        if phase == _PHASE_MAX:
+            r.s[0] = x32
+            if sampled != 0:
+                r.s[0] = x32 / t
+            r.acc[0] += T.int64(1)
+            # Ids arrive in ascending order (the row, not candidates): a strictly larger s wins.
+            if r.best_id[0] < 0 or r.s[0] > r.best_key[0]:
+                r.best_key[0] = r.s[0]
+                r.best_id[0] = v
+        elif phase < _PHASE_TOP_P:
+            # Radix select of the k-th largest x: s = x / t never decreases as x grows, so the
+            # k-th largest s is that x's s (x_threshold reads it back as a threshold on x).
+            # Through a local: the index analysis cannot see through uint32 arithmetic.
+            r.bits[0] = _ordered(x32)
+            if (r.bits[0] & mask) == prefix:
+                r.digit[0] = T.cast((r.bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                T.atomic_add(r.hist[replica + r.digit[0]], T.int64(1))
+            if compact == 0 and phase == _PHASE_COMPACT:
+                # The last pass over the whole row: the logprob's normaliser, and the candidates.
+                r.s[0] = x32 / t
+                r.wsum[0] += T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+                # A thread whose slot fell past the capacity (the row falls back to passes over
+                # itself) appends no more: an all-equal row would otherwise put every entry on one
+                # counter. The count still ends above the capacity: that append was counted.
+                if x32 >= cut and r.slot[0] < r.cap:
+                    r.slot[0] = T.atomic_add(r.ncand[0], 1, return_prev=True)
+                    if r.slot[0] < r.cap:
+                        r.cand_x[r.slot[0]] = x32
+                        r.cand_id[r.slot[0]] = v
+        elif phase < _PHASE_RACE:
+            if x32 >= cut:
+                r.s[0] = x32 / t
+                r.w[0] = T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+                q = T.cast(r.w[0] * T.float32(1 << MASS_BITS), "int64")
+                r.acc[0] += q
+                r.bits[0] = T.reinterpret("uint32", r.w[0])
+                if q > T.int64(0) and (r.bits[0] & mask) == prefix:
+                    r.digit[0] = T.cast((r.bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
+                    T.atomic_add(r.hist[replica + r.digit[0]], q)
+        else:
+            r.s[0] = x32
+            if sampled != 0:
+                r.s[0] = x32 / t
+            r.w[0] = T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+            if compact == 0:
+                r.wsum[0] += r.w[0]
+            if sampled != 0 and x32 >= cut and r.w[0] >= tau_p and r.w[0] >= min_p:
+                noise_bits(v, r.keys, r.h)
+                # Candidates arrive in no order: ties go to the lower id explicitly.
+                take_if_better(r.best_key, r.best_id, r.w[0] / exponential_noise(r.h), v)
+
+
+def alloc_row(dtype: str, vec: int, threads: int, cap: int) -> types.SimpleNamespace:
+    """The buffers of sample_row for one block of `threads` threads (a multiple of 32, >= _BINS)
+    whose row holds at most `cap` candidates; called inside a T.prim_func's kernel scope. The
+    static sizes travel with them (threads, cap)."""
+    warps = threads // _WARP
+    return types.SimpleNamespace(
+        threads=threads,
+        cap=cap,
+        keys=T.alloc_local((2,), "uint32"),
+        h=T.alloc_local((1,), "uint32"),
+        s=T.alloc_local((1,), "float32"),
+        w=T.alloc_local((1,), "float32"),
+        bits=T.alloc_local((1,), "uint32"),
+        digit=T.alloc_local((1,), "int32"),
+        slot=T.alloc_local((1,), "int32"),
+        lo=T.alloc_local((1,), "uint32"),
+        hi=T.alloc_local((1,), "uint32"),
+        acc=T.alloc_local((1,), "int64"),
+        wsum=T.alloc_local((1,), "float32"),
+        best_key=T.alloc_local((1,), "float32"),
+        best_id=T.alloc_local((1,), "int32"),
+        other_key=T.alloc_local((1,), "float32"),
+        other_id=T.alloc_local((1,), "int32"),
+        buf=T.alloc_local((_UNROLL, vec), dtype),
+        hist=T.alloc_shared((_REPLICAS * _REP_STRIDE,), "int64"),
+        incl=T.alloc_local((1,), "int64"),
+        count=T.alloc_local((1,), "int64"),
+        scan_total=T.alloc_shared((_SCAN_WARPS,), "int64"),
+        red_key=T.alloc_shared((warps,), "float32"),
+        red_id=T.alloc_shared((warps,), "int32"),
+        red_acc=T.alloc_shared((warps,), "int64"),
+        red_sum=T.alloc_shared((warps,), "float32"),
+        st=T.alloc_shared((_ST_SLOTS,), "int64"),
+        sf=T.alloc_shared((_SF_SLOTS,), "float32"),
+        ncand=T.alloc_shared((1,), "int32", scope="shared"),
+        cand_x=T.alloc_shared((cap,), "float32", scope="shared"),
+        cand_id=T.alloc_shared((cap,), "int32", scope="shared"),
+    )
+
+
+@T.macro
+def sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec):
+    """Row `row` (output slot bx) by one block: phases 0-9 of the module docstring, with the
+    buffers r of alloc_row (their state is zeroed here)."""
+    threads = r.threads
+    warp, lane = tx // _WARP, tx % _WARP
+    noise_row_keys(seed[bx], offset[bx], r.keys)
+    t = temperature[bx]
+    sampled = T.cast(t > T.float32(0) and t < T.infinity("float32"), "int32")
+    # Phase 0 runs for every row and reads no state; zeroed so that no slot is ever undefined.
+    if tx < _ST_SLOTS:
+        r.st[tx] = T.int64(0)
+    if tx < _SF_SLOTS:
+        r.sf[tx] = T.float32(0)
+    if tx == 0:
+        r.ncand[0] = 0
+    n_vec = V // vec
+    for phase in T.serial(_PHASES):
+        T.sync_threads()
+        mode = r.st[_ST_MODE]
+        active = phase_active(phase, mode, r.st)
+        compact = T.cast(r.st[_ST_COMPACT], "int32")
+        n_cand = T.min(r.ncand[0], r.cap)
+        m = r.sf[_SF_MAX]
+        tau_p = r.sf[_SF_TAU_P]
+        min_p_w = r.sf[_SF_MIN_P]
+        prefix = T.cast(r.st[_ST_PREFIX], "uint32")
+        mask = T.cast(r.st[_ST_MASK], "uint32")
+        shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
+        if tx == 0:
+            if phase == _PHASE_COMPACT and active != 0:
+                # The lowest x whose s reaches the bin of the two digits found so far: the
+                # k-th largest x is in that bin, so every entry top-k keeps is a candidate.
+                x_threshold(_unordered(T.max(prefix, T.uint32(_LOWEST))), t, r.lo, r.hi)
+                r.sf[_SF_CUT] = _unordered(r.hi[0])
+            if phase == _PHASE_TOP_P and r.st[_ST_TOP_K_ON] != 0:
+                x_threshold(r.sf[_SF_TAU_K], t, r.lo, r.hi)
+                r.sf[_SF_CUT] = _unordered(r.hi[0])
+        T.sync_threads()
+        # The x threshold of the phase (x_threshold): from the compaction pass on, the
+        # lowest candidate; from the first top-p pass on, top-k's own; -inf before.
+        cut = r.sf[_SF_CUT]
+        for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, threads)):
+            if i * threads + tx < _REPLICAS * _REP_STRIDE:
+                r.hist[i * threads + tx] = T.int64(0)
+        r.acc[0] = T.int64(0)
+        r.wsum[0] = T.float32(0)
+        r.best_key[0] = -T.infinity("float32")
+        r.best_id[0] = -1
+        r.slot[0] = 0
+        T.sync_threads()
+        for i in T.serial(T.ceildiv(n_vec, threads * _UNROLL) * active * (1 - compact)):
+            for u in T.unroll(_UNROLL):
+                if (i * _UNROLL + u) * threads + tx < n_vec:
+                    for e in T.vectorized(vec):
+                        r.buf[u, e] = logits[row, ((i * _UNROLL + u) * threads + tx) * vec + e]
+            for u in T.unroll(_UNROLL):
+                if (i * _UNROLL + u) * threads + tx < n_vec:
+                    for e in T.unroll(vec):
+                        visit(r, r.buf[u, e], ((i * _UNROLL + u) * threads + tx) * vec + e, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, lane * _REP_STRIDE)
+        if vec > 1:
+            # The V % vec entries after the last whole vector: ids above all of the loop's.
+            if active != 0 and compact == 0 and tx < V - n_vec * vec:
+                r.buf[0, 0] = logits[row, n_vec * vec + tx]
+                visit(r, r.buf[0, 0], n_vec * vec + tx, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, lane * _REP_STRIDE)
+        for i in T.serial(T.ceildiv(n_cand, threads) * active * compact):
+            if i * threads + tx < n_cand:
+                visit(r, r.cand_x[i * threads + tx], r.cand_id[i * threads + tx], phase, sampled, 1, t, m, cut, tau_p, min_p_w, prefix, mask, shift, lane * _REP_STRIDE)
+        warp_fold(r.best_key, r.best_id, r.acc, r.wsum, r.other_key, r.other_id, r.red_key, r.red_id, r.red_acc, r.red_sum, warp, lane)
+        T.sync_threads()
+        if tx == 0:
+            block_fold(threads // _WARP, r.best_key, r.best_id, r.acc, r.wsum, r.red_key, r.red_id, r.red_acc, r.red_sum)
+            if phase == _PHASE_MAX:
+                decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, r.best_key, r.best_id, r.acc, r.st, r.sf, 1)
+            elif phase == _PHASE_COMPACT and active != 0:
+                r.sf[_SF_WSUM] = r.wsum[0]
+                r.st[_ST_COMPACT] = T.cast(r.ncand[0] <= r.cap, "int64")
+            elif phase == _PHASE_TOP_P:
+                r.st[_ST_TARGET] = r.st[_ST_P20] * r.acc[0]
+                r.st[_ST_REMAIN] = T.int64(0)
+            elif phase == _PHASE_RACE and active != 0:
+                if compact != 0:
+                    r.wsum[0] = r.sf[_SF_WSUM]
+                write_race(bx, row, logits, t, m, mode, r.best_id, r.wsum, r.s, r.st, token, logprob, empty)
+            r.st[_ST_REMAIN_IN] = r.st[_ST_REMAIN]
+        # A radix pass: thread i takes bin 255 - i summed over the replicas, and an inclusive
+        # scan over the threads gives each bin the count (or mass) of itself and all above it.
+        radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
+        if radix and tx < _BINS:
+            r.count[0] = T.int64(0)
+            for j in T.unroll(_REPLICAS):
+                r.count[0] += r.hist[j * _REP_STRIDE + _BINS - 1 - tx]
+            scan_bins(r.incl, r.count, lane, warp, r.scan_total)
+        T.sync_threads()
+        if radix and tx < _BINS:
+            finish_scan(tx, phase, shift, r.incl, r.count, warp, r.scan_total, r.st, r.sf)
+
+
 @tilelang.jit(pass_configs=PASS_CONFIGS)
 def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob,
     empty) for these static arguments (memoised)."""
     check_config("sampler_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
-
-    @T.macro
-    def visit(val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, replica, ncand, cand_x, cand_id):
-        """Folds entry v (logit val) into this thread's part of the phase's work; compact (a
-        constant): 1 where it comes from the candidates, 0 from the row. Top-k and top-p
-        test x against cut (the x threshold of their s threshold, x_threshold), so only the
-        entries they keep pay for s = x / t and expf."""
-        x32 = T.cast(val, "float32")
-        # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
-        if x32 > -T.infinity("float32"):
-            if phase == _PHASE_MAX:
-                s[0] = x32
-                if sampled != 0:
-                    s[0] = x32 / t
-                acc[0] += T.int64(1)
-                # Ids arrive in ascending order (the row, not candidates): a strictly larger s wins.
-                if best_id[0] < 0 or s[0] > best_key[0]:
-                    best_key[0] = s[0]
-                    best_id[0] = v
-            elif phase < _PHASE_TOP_P:
-                # Radix select of the k-th largest x: s = x / t never decreases as x grows, so the
-                # k-th largest s is that x's s (x_threshold reads it back as a threshold on x).
-                # Through a local: the index analysis cannot see through uint32 arithmetic.
-                bits[0] = _ordered(x32)
-                if (bits[0] & mask) == prefix:
-                    digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                    T.atomic_add(hist[replica + digit[0]], T.int64(1))
-                if compact == 0 and phase == _PHASE_COMPACT:
-                    # The last pass over the whole row: the logprob's normaliser, and the candidates.
-                    s[0] = x32 / t
-                    wsum[0] += T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
-                    # A thread whose slot fell past _CAP (the row falls back to passes over itself)
-                    # appends no more: an all-equal row would otherwise put every entry on one
-                    # counter. The count still ends above _CAP: that append was counted.
-                    if x32 >= cut and slot[0] < _CAP:
-                        slot[0] = T.atomic_add(ncand[0], 1, return_prev=True)
-                        if slot[0] < _CAP:
-                            cand_x[slot[0]] = x32
-                            cand_id[slot[0]] = v
-            elif phase < _PHASE_RACE:
-                if x32 >= cut:
-                    s[0] = x32 / t
-                    w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
-                    q = T.cast(w[0] * T.float32(1 << MASS_BITS), "int64")
-                    acc[0] += q
-                    bits[0] = T.reinterpret("uint32", w[0])
-                    if q > T.int64(0) and (bits[0] & mask) == prefix:
-                        digit[0] = T.cast((bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
-                        T.atomic_add(hist[replica + digit[0]], q)
-            else:
-                s[0] = x32
-                if sampled != 0:
-                    s[0] = x32 / t
-                w[0] = T.exp(T.if_then_else(s[0] == m, T.float32(0), s[0] - m))
-                if compact == 0:
-                    wsum[0] += w[0]
-                if sampled != 0 and x32 >= cut and w[0] >= tau_p and w[0] >= min_p:
-                    noise_bits(v, keys, h)
-                    # Candidates arrive in no order: ties go to the lower id explicitly.
-                    take_if_better(best_key, best_id, w[0] / exponential_noise(h), v)
 
     @T.prim_func
     def sampler(
@@ -382,129 +528,10 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     ):
         with T.Kernel(B, threads=_THREADS) as bx:
             tx = T.get_thread_binding(0)
-            warp, lane = tx // _WARP, tx % _WARP
-            # 64-bit row: every offset into logits is 64-bit (B * row_stride may pass 2**31).
-            row = T.cast(bx, "int64")
-            keys = T.alloc_local((2,), "uint32")
-            h = T.alloc_local((1,), "uint32")
-            s = T.alloc_local((1,), "float32")
-            w = T.alloc_local((1,), "float32")
-            bits = T.alloc_local((1,), "uint32")
-            digit = T.alloc_local((1,), "int32")
-            slot = T.alloc_local((1,), "int32")
-            lo = T.alloc_local((1,), "uint32")
-            hi = T.alloc_local((1,), "uint32")
-            acc = T.alloc_local((1,), "int64")
-            wsum = T.alloc_local((1,), "float32")
-            best_key = T.alloc_local((1,), "float32")
-            best_id = T.alloc_local((1,), "int32")
-            other_key = T.alloc_local((1,), "float32")
-            other_id = T.alloc_local((1,), "int32")
-            buf = T.alloc_local((_UNROLL, vec), dtype)
-            hist = T.alloc_shared((_REPLICAS * _REP_STRIDE,), "int64")
-            incl = T.alloc_local((1,), "int64")
-            count = T.alloc_local((1,), "int64")
-            scan_total = T.alloc_shared((_SCAN_WARPS,), "int64")
-            red_key = T.alloc_shared((_WARPS,), "float32")
-            red_id = T.alloc_shared((_WARPS,), "int32")
-            red_acc = T.alloc_shared((_WARPS,), "int64")
-            red_sum = T.alloc_shared((_WARPS,), "float32")
-            st = T.alloc_shared((_ST_SLOTS,), "int64")
-            sf = T.alloc_shared((_SF_SLOTS,), "float32")
-            ncand = T.alloc_shared((1,), "int32", scope="shared")
-            cand_x = T.alloc_shared((_CAP,), "float32", scope="shared")
-            cand_id = T.alloc_shared((_CAP,), "int32", scope="shared")
+            r = alloc_row(dtype, vec, _THREADS, _CAP)
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
             T.assume(S % vec == 0)
-            noise_row_keys(seed[bx], offset[bx], keys)
-            t = temperature[bx]
-            sampled = T.cast(t > T.float32(0) and t < T.infinity("float32"), "int32")
-            # Phase 0 runs for every row and reads no state; zeroed so that no slot is ever undefined.
-            if tx < _ST_SLOTS:
-                st[tx] = T.int64(0)
-            if tx < _SF_SLOTS:
-                sf[tx] = T.float32(0)
-            if tx == 0:
-                ncand[0] = 0
-            n_vec = V // vec
-            for phase in T.serial(_PHASES):
-                T.sync_threads()
-                mode = st[_ST_MODE]
-                active = phase_active(phase, mode, st)
-                compact = T.cast(st[_ST_COMPACT], "int32")
-                n_cand = T.min(ncand[0], _CAP)
-                m = sf[_SF_MAX]
-                tau_p = sf[_SF_TAU_P]
-                min_p_w = sf[_SF_MIN_P]
-                prefix = T.cast(st[_ST_PREFIX], "uint32")
-                mask = T.cast(st[_ST_MASK], "uint32")
-                shift = T.cast(_DIGIT_BITS * (_DIGITS - 1 - (phase - 1) % _DIGITS), "uint32")
-                if tx == 0:
-                    if phase == _PHASE_COMPACT and active != 0:
-                        # The lowest x whose s reaches the bin of the two digits found so far: the
-                        # k-th largest x is in that bin, so every entry top-k keeps is a candidate.
-                        x_threshold(_unordered(T.max(prefix, T.uint32(_LOWEST))), t, lo, hi)
-                        sf[_SF_CUT] = _unordered(hi[0])
-                    if phase == _PHASE_TOP_P and st[_ST_TOP_K_ON] != 0:
-                        x_threshold(sf[_SF_TAU_K], t, lo, hi)
-                        sf[_SF_CUT] = _unordered(hi[0])
-                T.sync_threads()
-                # The x threshold of the phase (x_threshold): from the compaction pass on, the
-                # lowest candidate; from the first top-p pass on, top-k's own; -inf before.
-                cut = sf[_SF_CUT]
-                for i in T.serial(T.ceildiv(_REPLICAS * _REP_STRIDE, _THREADS)):
-                    if i * _THREADS + tx < _REPLICAS * _REP_STRIDE:
-                        hist[i * _THREADS + tx] = T.int64(0)
-                acc[0] = T.int64(0)
-                wsum[0] = T.float32(0)
-                best_key[0] = -T.infinity("float32")
-                best_id[0] = -1
-                slot[0] = 0
-                T.sync_threads()
-                for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL) * active * (1 - compact)):
-                    for u in T.unroll(_UNROLL):
-                        if (r * _UNROLL + u) * _THREADS + tx < n_vec:
-                            for e in T.vectorized(vec):
-                                buf[u, e] = logits[row, ((r * _UNROLL + u) * _THREADS + tx) * vec + e]
-                    for u in T.unroll(_UNROLL):
-                        if (r * _UNROLL + u) * _THREADS + tx < n_vec:
-                            for e in T.unroll(vec):
-                                visit(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
-                if vec > 1:
-                    # The V % vec entries after the last whole vector: ids above all of the loop's.
-                    if active != 0 and compact == 0 and tx < V - n_vec * vec:
-                        buf[0, 0] = logits[row, n_vec * vec + tx]
-                        visit(buf[0, 0], n_vec * vec + tx, phase, sampled, 0, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
-                for i in T.serial(T.ceildiv(n_cand, _THREADS) * active * compact):
-                    if i * _THREADS + tx < n_cand:
-                        visit(cand_x[i * _THREADS + tx], cand_id[i * _THREADS + tx], phase, sampled, 1, t, m, cut, tau_p, min_p_w, prefix, mask, shift, keys, h, s, w, bits, digit, slot, acc, wsum, best_key, best_id, hist, lane * _REP_STRIDE, ncand, cand_x, cand_id)
-                warp_fold(best_key, best_id, acc, wsum, other_key, other_id, red_key, red_id, red_acc, red_sum, warp, lane)
-                T.sync_threads()
-                if tx == 0:
-                    block_fold(_WARPS, best_key, best_id, acc, wsum, red_key, red_id, red_acc, red_sum)
-                    if phase == _PHASE_MAX:
-                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, acc, st, sf, 1)
-                    elif phase == _PHASE_COMPACT and active != 0:
-                        sf[_SF_WSUM] = wsum[0]
-                        st[_ST_COMPACT] = T.cast(ncand[0] <= _CAP, "int64")
-                    elif phase == _PHASE_TOP_P:
-                        st[_ST_TARGET] = st[_ST_P20] * acc[0]
-                        st[_ST_REMAIN] = T.int64(0)
-                    elif phase == _PHASE_RACE and active != 0:
-                        if compact != 0:
-                            wsum[0] = sf[_SF_WSUM]
-                        write_race(bx, row, logits, t, m, mode, best_id, wsum, s, st, token, logprob, empty)
-                    st[_ST_REMAIN_IN] = st[_ST_REMAIN]
-                # A radix pass: thread i takes bin 255 - i summed over the replicas, and an inclusive
-                # scan over the threads gives each bin the count (or mass) of itself and all above it.
-                radix = active != 0 and phase >= _PHASE_TOP_K and phase < _PHASE_RACE
-                if radix and tx < _BINS:
-                    count[0] = T.int64(0)
-                    for r in T.unroll(_REPLICAS):
-                        count[0] += hist[r * _REP_STRIDE + _BINS - 1 - tx]
-                    scan_bins(incl, count, lane, warp, scan_total)
-                T.sync_threads()
-                if radix and tx < _BINS:
-                    finish_scan(tx, phase, shift, incl, count, warp, scan_total, st, sf)
+            # 64-bit row: every offset into logits is 64-bit (B * row_stride may pass 2**31).
+            sample_row(r, tx, bx, T.cast(bx, "int64"), logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
 
     return sampler

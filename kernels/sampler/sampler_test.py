@@ -77,7 +77,7 @@ def oracle_row(l_row: torch.Tensor, t: float, k: int, p: float, mp: float, seed:
     if mp > 0:
         kept = {v for v in kept if w[v] >= min(mp, 1.0)}
     bits = noise_ref.noise_bits(torch.tensor([seed]), torch.tensor([offset]), V)[0].tolist()
-    keys = {v: w[v] / -math.log(((b >> 8) + 0.5) * 2.0**-24) for v, b in enumerate(bits) if v in kept}
+    keys = {v: w[v] / -math.log(((b >> 9) + 0.5) * 2.0**-23) for v, b in enumerate(bits) if v in kept}
     return None, sorted(kept), keys, d, False
 
 
