@@ -63,7 +63,7 @@ def _arrivals(device: torch.device, rows: int) -> torch.Tensor:
 
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(chunk_f, chunk_i, list_x, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
+    """(chunk_f, chunk_i, list_s, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
     V entries: one uninitialised allocation (the kernel writes every entry it reads) and the
     stream's counters."""
     slots = B * -(-V // ref.CHUNK)
@@ -71,10 +71,10 @@ def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]
     ws = torch.empty(words, dtype=torch.int32, device=device)
     lists = slots * ref.LIST_CAP
     list_id = ws[:lists].view(slots, ref.LIST_CAP)
-    list_x = ws[lists : 2 * lists].view(torch.float32).view(slots, ref.LIST_CAP)
+    list_s = ws[lists : 2 * lists].view(torch.float32).view(slots, ref.LIST_CAP)
     chunk_i = ws[2 * lists : 2 * lists + 3 * slots].view(slots, 3)
     chunk_f = ws[2 * lists + 3 * slots :].view(torch.float32).view(slots, 2)
-    return chunk_f, chunk_i, list_x, list_id, _arrivals(device, B)
+    return chunk_f, chunk_i, list_s, list_id, _arrivals(device, B)
 
 
 def fused_sample(

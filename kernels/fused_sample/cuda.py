@@ -3,7 +3,7 @@ into chunks read by many blocks at once, and finished by the last of them.
 
     k = fused_sample_tl(dtype, vec, top_k_dtype)
     k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
-      chunk_f, chunk_i, list_x, list_id, arrivals)
+      chunk_f, chunk_i, list_s, list_id, arrivals)
 
 logits ... empty are kernels/sampler/cuda.py's sampler_tl arguments (same shapes, dtypes, strides and
 alignment rules), with B <= MAX_ROWS (kernels/fused_sample/ref.py). The rest is the workspace
@@ -11,8 +11,8 @@ alignment rules), with B <= MAX_ROWS (kernels/fused_sample/ref.py). The rest is 
   chunk_f   (W, 2) float32   per (row, chunk) record: the chunk's max of s, its sum of expf(s - max)
   chunk_i   (W, 3) int32     its lowest id holding the max (-1: no finite entry), finite count,
                              number of candidates (above ref.LIST_CAP: the list overflowed)
-  list_x    (W, ref.LIST_CAP) float32, list_id (W, ref.LIST_CAP) int32: the chunk's candidates
-            (logit and id), in no order
+  list_s    (W, ref.LIST_CAP) float32, list_id (W, ref.LIST_CAP) int32: the chunk's candidates
+            (s and id), in no order
   arrivals  (>= B,) int32    zero before the launch, and left zero after it
 No entry of the workspace needs a value before the launch except arrivals.
 
@@ -86,8 +86,9 @@ _SHUFFLES = 5
 # Entries a thread holds (in registers, as s); the tail of a row whose length is not a multiple of
 # the vector width rides as one more.
 _PER_THREAD = CHUNK // _THREADS
-# Candidates the finishing block holds: 16 chunks (the models' vocabularies) x LIST_CAP.
-_MERGE_CAP = 4096
+# Candidates the finishing block holds: 16 chunks (the models' vocabularies) x LIST_CAP, less one
+# so that their q-masses (each <= 2**20) sum below 2**32 in radix_select's uint32 bins.
+_MERGE_CAP = 4095
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -115,16 +116,18 @@ def _image(v):
 
 
 @T.macro
-def radix_select(r, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
+def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
     """sel[0] <- the largest uint32 key u whose candidates (r.cand_x holds s, n of them) with key >= u
     weigh at least the target, by four 8-bit radix passes (one bin a thread, _THREADS == _BINS).
     weighted False: key = image of s, weight 1, target sel[2] (k): u is the k-th largest s's image.
     weighted True: over the top-k survivors (s >= tau_k), key = bits of w = expf(s - m), weight
     q = floor(w * 2**20), target ceil(p20 * Q / 2**20) with Q their total mass (found by the first
     pass): u is tau_p's bits. Weights are exact integers, so the order of the atomics is free.
-    sel: shared int64 (4,): the prefix and remaining target, double-buffered by pass parity."""
+    hist: shared uint32 (_BINS,) (native shared atomics: 64-bit ones spin on compare-and-swap,
+    and the leading digits crowd a few bins); sel: shared int64 (4,), the prefix and remaining
+    target, double-buffered by pass parity."""
     for d, shift, mask in _RADIX_PASSES:
-        r.hist[tx] = T.int64(0)
+        hist[tx] = T.uint32(0)
         T.sync_threads()
         prefix = T.cast(sel[d % 2], "uint32")
         for i in T.serial(T.ceildiv(n, _THREADS)):
@@ -135,14 +138,14 @@ def radix_select(r, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
                         r.w[0] = T.exp(T.if_then_else(sv == m, T.float32(0), sv - m))
                         r.bits[0] = T.reinterpret("uint32", r.w[0])
                         if (r.bits[0] & T.uint32(mask)) == prefix:
-                            T.atomic_add(r.hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "int64"))
+                            T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
                 else:
                     r.bits[0] = _image(sv)
                     if (r.bits[0] & T.uint32(mask)) == prefix:
-                        T.atomic_add(r.hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.int64(1))
+                        T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.uint32(1))
         T.sync_threads()
         # Bins from the top: thread tx scans bin 255 - tx, so incl is the weight at or above it.
-        r.count[0] = r.hist[_BINS - 1 - tx]
+        r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
         scan_bins(r.incl, r.count, lane, warp, r.scan_total)
         T.sync_threads()
         for j in T.unroll(_WARPS - 1):
@@ -160,7 +163,7 @@ def radix_select(r, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
 
 
 @T.macro
-def finish_from_lists(r, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
+def finish_from_lists(r, hist, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
     """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids), after decide_max left
     the mode and filters in r.st / r.sf: top-k and top-p thresholds by radix_select, min-p, then the
     race among the kept (the sampler's phases 1-9, over the lists only)."""
@@ -174,12 +177,12 @@ def finish_from_lists(r, sel, tx, warp, lane, bx, row, logits, t, seed, offset, 
             if tx == 0:
                 sel[0] = T.int64(0)
                 sel[2] = r.st[_ST_REMAIN]
-            radix_select(r, sel, tx, warp, lane, n, False, tau_k[0], m, T.int64(0))
+            radix_select(r, hist, sel, tx, warp, lane, n, False, tau_k[0], m, T.int64(0))
             tau_k[0] = _unordered(T.cast(sel[0], "uint32"))
         if r.st[_ST_TOP_P_ON] != 0:
             if tx == 0:
                 sel[0] = T.int64(0)
-            radix_select(r, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
+            radix_select(r, hist, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
             tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
     noise_row_keys(seed[bx], offset[bx], r.keys)
@@ -210,7 +213,7 @@ def finish_from_lists(r, sel, tx, warp, lane, bx, row, logits, t, seed, offset, 
 @tilelang.jit(pass_configs=PASS_CONFIGS)
 def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
-    chunk_f, chunk_i, list_x, list_id, arrivals) for these static arguments (memoised)."""
+    chunk_f, chunk_i, list_s, list_id, arrivals) for these static arguments (memoised)."""
     check_config("fused_sample_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
     W, A = T.dynamic("chunk_slots"), T.dynamic("arrival_slots")
@@ -235,7 +238,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
         empty: T.Tensor((B,), "uint8"),
         chunk_f: T.Tensor((W, 2), "float32"),
         chunk_i: T.Tensor((W, 3), "int32"),
-        list_x: T.Tensor((W, LIST_CAP), "float32"),
+        list_s: T.Tensor((W, LIST_CAP), "float32"),
         list_id: T.Tensor((W, LIST_CAP), "int32"),
         arrivals: T.Tensor((A,), "int32"),
     ):
@@ -256,6 +259,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             fin = T.alloc_local((1,), "int32")
             fin64 = T.alloc_local((1,), "int64")
             wsum = T.alloc_local((1,), "float32")
+            part = T.alloc_local((4,), "float32")
+            hist32 = T.alloc_shared((_BINS,), "uint32", scope="shared")
             t0 = T.alloc_local((1,), "uint32")
             slot = T.alloc_local((1,), "int32")
             total = T.alloc_local((1,), "int32")
@@ -371,25 +376,29 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     if s[j * vec + e] >= bound[0] and _image(s[j * vec + e]) >= t0[0]:
                         slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
                         if slot[0] < LIST_CAP:
-                            list_x[rec, slot[0]] = T.cast(logits[row, entry_id(base, j, e, tx)], "float32")
+                            list_s[rec, slot[0]] = s[j * vec + e]
                             list_id[rec, slot[0]] = entry_id(base, j, e, tx)
             if s[_PER_THREAD] >= bound[0] and _image(s[_PER_THREAD]) >= t0[0]:
                 slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
                 if slot[0] < LIST_CAP:
-                    list_x[rec, slot[0]] = T.cast(logits[row, n_vec * vec + tx], "float32")
+                    list_s[rec, slot[0]] = s[_PER_THREAD]
                     list_id[rec, slot[0]] = n_vec * vec + tx
 
             # 3. The normaliser (d = 0 at the max: also where s and max are both -inf).
-            wsum[0] = T.float32(0)
+            # Four partial sums, so that the expf calls do not wait on each other's adds.
+            for a in T.unroll(4):
+                part[a] = T.float32(0)
             for p in T.unroll(_PER_THREAD + 1):
                 if not T.isnan(s[p]):
-                    wsum[0] += T.exp(T.if_then_else(s[p] == m, T.float32(0), s[p] - m))
+                    part[p % 4] += T.exp(T.if_then_else(s[p] == m, T.float32(0), s[p] - m))
+            wsum[0] = (part[0] + part[1]) + (part[2] + part[3])
             for i in T.unroll(_SHUFFLES):
                 wsum[0] += T.shfl_xor(wsum[0], 1 << i)
             if lane == 0:
                 red_sum[warp] = wsum[0]
-            # Release: every thread's list entries are visible before the block's arrival is.
-            T.evaluate(T.call_extern("handle", "__threadfence"))
+            # Release and acquire without fences: the barrier orders every thread's list writes
+            # before thread 0's record writes and its acquire-release add at GPU scope (cumulative),
+            # and the last block's reads after that add; they go through L2 (_l2).
             T.sync_threads()
             if tx == 0:
                 wsum[0] = red_sum[0]
@@ -401,13 +410,11 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 chunk_i[rec, 1] = T.cast(fin64[0], "int32")
                 # Finite entries whose s all underflowed to -inf bound nothing: an overflow.
                 chunk_i[rec, 2] = T.if_then_else(fin64[0] > T.int64(0) and m == -T.infinity("float32"), LIST_CAP + 1, listed[0])
-                T.evaluate(T.call_extern("handle", "__threadfence"))
                 slot[0] = T.atomic_add(arrivals[bx], 1, memory_order="acq_rel", return_prev=True)
                 last[0] = T.cast(slot[0] == n_chunks - 1, "int32")
                 if slot[0] == n_chunks - 1:
                     # Every chunk of the row has arrived: no block touches the counter again.
                     arrivals[bx] = 0
-                T.evaluate(T.call_extern("handle", "__threadfence"))
             T.sync_threads()
 
             # The last block of the row finishes it.
@@ -488,10 +495,10 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                             slot[0] = T.shfl_sync(slot[0], 0)
                             for e in T.serial(T.ceildiv(_l2(chunk_i, rc, 2), _WARP)):
                                 if e * _WARP + lane < _l2(chunk_i, rc, 2):
-                                    r.cand_x[slot[0] + e * _WARP + lane] = T.if_then_else(sampled, _l2(list_x, rc, e * _WARP + lane) / t, _l2(list_x, rc, e * _WARP + lane))
+                                    r.cand_x[slot[0] + e * _WARP + lane] = _l2(list_s, rc, e * _WARP + lane)
                                     r.cand_id[slot[0] + e * _WARP + lane] = _l2(list_id, rc, e * _WARP + lane)
                     T.sync_threads()
-                    finish_from_lists(r, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
+                    finish_from_lists(r, hist32, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 else:
                     # Lists that could not hold the row: the sampler's passes over the row itself.
                     sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)

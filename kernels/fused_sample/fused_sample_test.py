@@ -172,14 +172,14 @@ def test_workspace_layout(monkeypatch, B, V):
     allocation with the kernel's shapes and dtypes, and the stream's counters."""
     counters = torch.zeros(7, dtype=torch.int32)
     monkeypatch.setattr(api, "_arrivals", lambda device, rows: counters)
-    chunk_f, chunk_i, list_x, list_id, arrivals = api._workspace(B, V, torch.device("cpu"))
+    chunk_f, chunk_i, list_s, list_id, arrivals = api._workspace(B, V, torch.device("cpu"))
     slots = B * math.ceil(V / ref.CHUNK)
     assert chunk_f.shape == (slots, 2) and chunk_f.dtype == torch.float32
     assert chunk_i.shape == (slots, 3) and chunk_i.dtype == torch.int32
-    assert list_x.shape == list_id.shape == (slots, ref.LIST_CAP)
-    assert list_x.dtype == torch.float32 and list_id.dtype == torch.int32
+    assert list_s.shape == list_id.shape == (slots, ref.LIST_CAP)
+    assert list_s.dtype == torch.float32 and list_id.dtype == torch.int32
     assert arrivals is counters
-    views = [chunk_f, chunk_i, list_x, list_id]
+    views = [chunk_f, chunk_i, list_s, list_id]
     assert all(v.is_contiguous() for v in views)
     spans = sorted((v.data_ptr(), v.data_ptr() + v.numel() * v.element_size()) for v in views)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "workspace views overlap"
