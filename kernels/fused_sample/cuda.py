@@ -6,7 +6,7 @@ into chunks read by many blocks at once, and finished by the last of them.
       chunk_f, chunk_i, list_s, list_id, arrivals)
 
 logits ... empty are kernels/sampler/cuda.py's sampler_tl arguments (same shapes, dtypes, strides and
-alignment rules), with B <= MAX_ROWS (kernels/fused_sample/ref.py). The rest is the workspace
+alignment rules), with B <= ref.MAX_ROWS (kernels/fused_sample/ref.py). The rest is the workspace
 (kernels/fused_sample/api.py allocates it), n = ceil(V / ref.CHUNK) chunks a row, W = B * n:
   chunk_f   (W, 2) float32   per (row, chunk) record: the chunk's max of s, its sum of expf(s - max)
   chunk_i   (W, 3) int32     its lowest id holding the max (-1: no finite entry), finite count,
@@ -21,28 +21,38 @@ entries the sampler's passes look at, and they hold every entry any filter could
 the logprob's float32 normaliser has this kernel's own fixed order (each chunk's sum in thread and
 warp order, the chunks rescaled to the row max and added in chunk order).
 
-Grid (n, B), _THREADS threads a block; block (c, b) reads chunk c of row b once, into registers:
+Grid (n, B), _THREADS threads a block, two blocks an SM; block (c, b) reads chunk c of row b once,
+into registers:
   1. s = x / t (IEEE division; greedy rows s = x), NaN where x is not finite; the chunk's max of s
      with its lowest id and its finite count.
-  2. Its candidates, appended to its list: every finite entry whose s reaches a bound no kept entry
-     is below. Greedy rows: s = the chunk max. Top-k rows (0 < k < V, k <= _TOP_K_FILTER): s at
-     least T0, the smallest over the warps of each warp's ceil(k / warps)-th largest thread max:
-     then the chunk holds >= k entries >= T0, so T0 <= the chunk's k-th largest s <= every s that
-     top-k keeps, and the candidates hold the row's whole top-k set (which top-p's mass and the
-     k-th largest x are taken over). Other sampled rows: s >= max - span - |max| * 2**-20 with
-     span = 15 with top-p on (a kept w >= 2**-20 = expf(-13.86): q = 0 entries change no mass),
-     else 1 - logf(min_p) with min-p on, else 22 (w / E with w < 1.7e-9 never beats the max's
-     key 1 / E >= 1 / 17.33).
-  3. The sum of expf(s - max) (the logprob's normaliser), and the chunk's record.
-  Then a release fence and an acquire-release atomic add on arrivals[b]; the block that arrives
-  last resets the counter and finishes the row: it folds the n records (row max, lowest id, finite
-  count, normaliser), gathers the lists into shared memory and runs kernels/sampler/cuda.py's
-  phases over them (sample_row, preset: no pass reads the row again). A row whose lists overflowed,
-  hold more than _MERGE_CAP in all, or whose filters bound nothing (top-k above _TOP_K_FILTER
-  without a smaller chunk, finite logits whose s all underflow) is finished by the same block
-  reading the row as the sampler's kernel does (correct, about one SM's bandwidth per pass).
+  2. Its candidates, appended to its list as (s, id): every finite entry whose s reaches a bound
+     that no kept entry is below.
+       greedy rows        s = the chunk max (its ties).
+       top-k rows         (0 < k < V) no bound on s: the lists must hold top-k's whole set, because
+                          the k-th largest s and top-p's mass are taken over it. With
+                          k <= _TOP_K_FILTER the image of s reaches T0, the smallest over the warps
+                          of each warp's ceil(k / warps)-th largest thread max: the chunk holds
+                          >= k entries >= T0, so T0 <= the chunk's k-th largest s <= every s top-k
+                          keeps. A larger k lists every finite entry (and overflows on large rows).
+       other sampled rows s >= max - span - |max| * 2**-20: span 15 with top-p on (a kept w is at
+                          least 2**-20 = expf(-13.86): entries with q = 0 move no mass), else
+                          1 - logf(min_p) with min-p on, else 22 (w / E with w < 3.6e-9 never beats
+                          the max's key 1 / E >= 1 / 16.64).
+  3. The sum of expf(s - max) (the logprob's normaliser) and the chunk's record; then a block
+     barrier and thread 0's acquire-release add on arrivals[b] (no fences: the barrier orders the
+     block's writes before that release, as in CUTLASS's grid barriers).
+The block that arrives last resets the counter and finishes the row, reading the others' records
+and lists through L2 (__ldcg: L1 is not coherent across SMs). It folds the n records (row max,
+lowest id, finite count, normaliser), settles the row with the sampler's decide_max (empty and
++inf rows end there), gathers the lists into shared memory (at most _MERGE_CAP entries) and takes
+top-k's and top-p's thresholds over them exactly by radix_select (four 8-bit passes each, integer
+counts and masses), then races the kept entries (finish_from_lists). A row whose lists overflowed
+or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER on a large row,
+finite logits whose s all underflow) is finished by the same block with the sampler's passes over
+the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
-Speed (H200, PERF.md): see kernels/fused_sample/PERF.md for the measured table.
+Speed (H200, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9: 31.5 us at
+B = 1, 124.9 us at B = 128, 414.6 us at B = 512 (the sampler's kernel: 248 / 275 / 1089 us).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -50,7 +60,7 @@ Speed (H200, PERF.md): see kernels/fused_sample/PERF.md for the measured table.
 import tilelang
 import tilelang.language as T
 
-from kernels.fused_sample.ref import CHUNK, LIST_CAP, MAX_ROWS, check_config, fused_sample_shipped_configs
+from kernels.fused_sample.ref import CHUNK, LIST_CAP, check_config, fused_sample_shipped_configs
 from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.cuda import (
     _BINS,
@@ -77,14 +87,14 @@ from kernels.sampler.ref import MASS_BITS
 __all__ = ["fused_sample_shipped_configs", "fused_sample_tl"]
 
 # 256 threads and at most 128 registers each: two blocks an SM, so one block's loads overlap the
-# other's arithmetic (sample_row needs at least 256 threads: one per radix bin).
+# other's arithmetic (sample_row needs at least 256 threads: one per radix bin). Three blocks (80
+# registers) were 18% faster at B = 128 but spill (PERF.md).
 _THREADS = 256
 _BLOCKS_PER_SM = 2
 _WARP = 32
 _WARPS = _THREADS // _WARP
 _SHUFFLES = 5
-# Entries a thread holds (in registers, as s); the tail of a row whose length is not a multiple of
-# the vector width rides as one more.
+# Entries a thread holds (in registers, as s).
 _PER_THREAD = CHUNK // _THREADS
 # Candidates the finishing block holds: 16 chunks (the models' vocabularies) x LIST_CAP, less one
 # so that their q-masses (each <= 2**20) sum below 2**32 in radix_select's uint32 bins.
@@ -251,7 +261,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             n_chunks = T.ceildiv(V, CHUNK)
             rec = row * T.cast(n_chunks, "int64") + T.cast(cx, "int64")
             xs = T.alloc_local((loads, vec), dtype)
-            s = T.alloc_local((_PER_THREAD + 1,), "float32")
+            s = T.alloc_local((_PER_THREAD,), "float32")
             best_key = T.alloc_local((1,), "float32")
             best_id = T.alloc_local((1,), "int32")
             other_key = T.alloc_local((1,), "float32")
@@ -289,29 +299,34 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             top_k_filter = top_k_on and k <= T.int64(_TOP_K_FILTER)
             n_vec = V // vec
             base = cx * (CHUNK // vec)
-            # The V % vec entries after the last whole vector live in the chunk of the first.
-            tail = cx == (n_vec * vec) // CHUNK and tx < V - n_vec * vec
             if tx == 0:
                 listed[0] = 0
 
             # 1. The chunk into registers as s (NaN: not finite), its max, lowest id, finite count.
+            # Entries past the row stay NaN. float32 rows load straight into s (no staging copy).
+            for p in T.unroll(_PER_THREAD):
+                s[p] = T.float32(_NAN)
             for j in T.unroll(loads):
                 if base + j * _THREADS + tx < n_vec:
-                    for e in T.vectorized(vec):
-                        xs[j, e] = logits[row, entry_id(base, j, e, tx)]
-            s[_PER_THREAD] = T.float32(_NAN)
-            if vec > 1:
-                if tail:
-                    s[_PER_THREAD] = T.cast(logits[row, n_vec * vec + tx], "float32")
+                    if dtype == "float32":
+                        for e in T.vectorized(vec):
+                            s[j * vec + e] = logits[row, entry_id(base, j, e, tx)]
+                    else:
+                        for e in T.vectorized(vec):
+                            xs[j, e] = logits[row, entry_id(base, j, e, tx)]
+                        for e in T.unroll(vec):
+                            s[j * vec + e] = T.cast(xs[j, e], "float32")
+                if vec > 1:
+                    # The V % vec entries after the last whole vector, one at a time, in the
+                    # register slots of the vector they would have been.
+                    if base + j * _THREADS + tx == n_vec:
+                        for e in T.unroll(vec):
+                            if n_vec * vec + e < V:
+                                s[j * vec + e] = T.cast(logits[row, n_vec * vec + e], "float32")
             best_key[0] = -T.infinity("float32")
             best_id[0] = -1
             fin[0] = 0
-            for j in T.unroll(loads):
-                for e in T.unroll(vec):
-                    s[j * vec + e] = T.float32(_NAN)
-                    if base + j * _THREADS + tx < n_vec:
-                        s[j * vec + e] = T.cast(xs[j, e], "float32")
-            for p in T.unroll(_PER_THREAD + 1):
+            for p in T.unroll(_PER_THREAD):
                 # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
                 if s[p] > -T.infinity("float32"):
                     fin[0] += 1
@@ -325,9 +340,6 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     if not T.isnan(s[j * vec + e]) and (best_id[0] < 0 or s[j * vec + e] > best_key[0]):
                         best_key[0] = s[j * vec + e]
                         best_id[0] = entry_id(base, j, e, tx)
-            if not T.isnan(s[_PER_THREAD]) and (best_id[0] < 0 or s[_PER_THREAD] > best_key[0]):
-                best_key[0] = s[_PER_THREAD]
-                best_id[0] = n_vec * vec + tx
             # T0 of the module docstring, per warp: the need-th largest thread max (as its
             # order-preserving image), built bit by bit from the top: the largest u with at least
             # `need` lanes at or above it.
@@ -378,17 +390,12 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         if slot[0] < LIST_CAP:
                             list_s[rec, slot[0]] = s[j * vec + e]
                             list_id[rec, slot[0]] = entry_id(base, j, e, tx)
-            if s[_PER_THREAD] >= bound[0] and _image(s[_PER_THREAD]) >= t0[0]:
-                slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
-                if slot[0] < LIST_CAP:
-                    list_s[rec, slot[0]] = s[_PER_THREAD]
-                    list_id[rec, slot[0]] = n_vec * vec + tx
 
             # 3. The normaliser (d = 0 at the max: also where s and max are both -inf).
             # Four partial sums, so that the expf calls do not wait on each other's adds.
             for a in T.unroll(4):
                 part[a] = T.float32(0)
-            for p in T.unroll(_PER_THREAD + 1):
+            for p in T.unroll(_PER_THREAD):
                 if not T.isnan(s[p]):
                     part[p % 4] += T.exp(T.if_then_else(s[p] == m, T.float32(0), s[p] - m))
             wsum[0] = (part[0] + part[1]) + (part[2] + part[3])

@@ -6,14 +6,13 @@ Run with ``python -m testing.benchmark --kernels fused_sample`` (or
 
 Cases (10): float32 logits over vocab 129280 (DeepSeek-V3) and bfloat16 logits over vocab 151936
 (Qwen), each at batch 1, 8, 64, 128, 512. Every row samples (no greedy rows) with top-k and top-p
-both enabled, the costliest path. Both vocabularies are <= ref.MAX_V: every case runs the split
-kernel (fused_sample_tl).
+both enabled, the costliest path. Every case runs fused_sample_tl (the chunked kernel).
 
 Peers, timed in the same run with the same timer:
   torch_eager    kernels.fused_sample.ref.fused_sample_ref (= sampler_ref: it sorts every row twice)
   torch_compile  torch.compile of the same function (dynamic=False)
   sampler        kernels.sampler.api.sampler on the same inputs: the one-block-per-row kernel that
-                 returns the same tokens, the baseline the vocabulary split has to beat
+                 returns the same tokens, the baseline the chunked kernel has to beat
 
 bytes_moved: the logits read once plus the outputs written, B * V * element size + B * (8 + 1)
 (tokens and empty flags; logprobs are not asked), as the sampler's bench counts it. The per-request

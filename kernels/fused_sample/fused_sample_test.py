@@ -335,6 +335,30 @@ def test_device_rows_by_each_path(device, dtype):
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("V", [13, 1001, 8195, 129283], ids=lambda v: f"V{v}")
+def test_device_rows_with_a_ragged_tail(device, dtype, V):
+    """Rows loaded in 16-byte vectors whose length is no multiple of the vector (the row stride is):
+    the last V % vec entries are read one at a time, and must take part like every other entry
+    (ties at the max in the tail too)."""
+    B = 5
+    wide = (torch.randn(B, V + 64 - V % 64, device=device) * 3).to(dtype)
+    logits = wide[:, :V]
+    logits[0, V - 1] = 50.0  # the tail's entry is the max
+    logits[1, V - 1] = logits[1].max()  # a tie at the max, the tail's id the higher
+    seed, offset = (t.to(device) for t in counters(B))
+    params = (
+        torch.tensor([0.0, 0.0, 0.7, 1.0, 0.5], device=device),
+        torch.tensor([0, 0, 50, 0, 3], device=device),
+        torch.tensor([1.0, 1.0, 0.9, 0.8, 1.0], device=device),
+        torch.tensor([0.0, 0.0, 0.0, 0.1, 0.0], device=device),
+        seed,
+        offset,
+    )
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+
+
+@pytest.mark.device
 def test_device_counters_left_zero(device, backend):
     """Every launch leaves the arrival counters zero (the next launch on the stream relies on it)."""
     if backend != "cuda":

@@ -51,8 +51,8 @@ without it 2 times plus one per top-p digit. Block reductions: shuffle butterfli
 the per-warp results from shared memory folded in warp order by thread 0.
 
 Speed (H200, PERF.md): 247 us a row at B = 1 and 275 us at B = 128 (V 129280, top-k 50, top-p 0.9),
-each pass at one SM's share of the memory system; the vocabulary split of fused_sample serves small
-batches.
+each pass at one SM's share of the memory system; fused_sample's chunked kernel splits each row over
+many blocks and runs these passes (sample_row) only for rows its candidate lists cannot hold.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
