@@ -51,8 +51,9 @@ or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTE
 finite logits whose s all underflow) is finished by the same block with the sampler's passes over
 the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
-Speed (H200, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9: 31.5 us at
-B = 1, 124.9 us at B = 128, 414.6 us at B = 512 (the sampler's kernel: 248 / 275 / 1089 us).
+Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
+32.7 us at B = 1, 126.0 us at B = 128, 425.0 us at B = 512 (the sampler's kernel: 247 / 274 /
+1083 us in the same run).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
