@@ -76,6 +76,7 @@ from kernels.sampler.cuda import (
     _ST_SLOTS,
     _ST_TOP_K_ON,
     _ST_TOP_P_ON,
+    _ordered,
     _unordered,
     alloc_row,
     decide_max,
@@ -119,13 +120,6 @@ def _l2(buf, i, j):
     return T.call_extern(buf.dtype, "__ldcg", buf.access_ptr("r", offset=i * buf.shape[1] + j))
 
 
-def _image(v):
-    """uint32 image of float32 v that orders like v (kernels/sampler/cuda.py's _ordered, as a plain
-    expression: usable inside boolean conditions, where a macro is not)."""
-    bits = T.reinterpret("uint32", v)
-    return bits ^ T.if_then_else((bits >> T.uint32(31)) != T.uint32(0), T.uint32(0xFFFFFFFF), T.uint32(0x80000000))
-
-
 @T.macro
 def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
     """sel[0] <- the largest uint32 key u whose candidates (r.cand_x holds s, n of them) with key >= u
@@ -151,7 +145,7 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
                         if (r.bits[0] & T.uint32(mask)) == prefix:
                             T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
                 else:
-                    r.bits[0] = _image(sv)
+                    r.bits[0] = _ordered(sv)
                     if (r.bits[0] & T.uint32(mask)) == prefix:
                         T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.uint32(1))
         T.sync_threads()
@@ -348,7 +342,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             if top_k_filter:
                 need = T.cast((k + T.int64(_WARPS - 1)) // T.int64(_WARPS), "int32")
                 for b in T.unroll(32):
-                    if T.cast(T.popcount(T.cast(T.ballot_sync(_image(best_key[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
+                    if T.cast(T.popcount(T.cast(T.ballot_sync(_ordered(best_key[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
                         t0[0] = t0[0] | T.uint32(1 << (31 - b))
             fin64[0] = T.cast(fin[0], "int64")
             for i in T.unroll(_SHUFFLES):
@@ -386,7 +380,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             )
             for j in T.unroll(loads):
                 for e in T.unroll(vec):
-                    if s[j * vec + e] >= bound[0] and _image(s[j * vec + e]) >= t0[0]:
+                    if s[j * vec + e] >= bound[0] and _ordered(s[j * vec + e]) >= t0[0]:
                         slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
                         if slot[0] < LIST_CAP:
                             list_s[rec, slot[0]] = s[j * vec + e]

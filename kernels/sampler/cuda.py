@@ -116,9 +116,9 @@ _SIGN = 0x80000000
 _ALL = 0xFFFFFFFF
 
 
-@T.macro
 def _ordered(s):
-    """uint32 image of float32 s that orders like s (-0.0 just below +0.0)."""
+    """uint32 image of float32 s that orders like s (-0.0 just below +0.0). A plain expression, not
+    a macro: usable inside boolean conditions (kernels/fused_sample/cuda.py's candidate test)."""
     # Negative floats (the sign bit set, -0.0 included) reverse their order when all bits flip.
     return T.reinterpret("uint32", s) ^ T.if_then_else((T.reinterpret("uint32", s) >> T.uint32(31)) != T.uint32(0), T.uint32(_ALL), T.uint32(_SIGN))
 
