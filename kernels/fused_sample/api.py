@@ -22,7 +22,8 @@ Dispatch:
   B <= ref.MAX_ROWS      one fused_sample_tl kernel. On CUDA, every row is split into chunks of
                          ref.CHUNK entries, one block each, and the last block of a row to finish
                          completes it (kernels/fused_sample/cuda.py), with a workspace from the
-                         caching allocator (no launch) and a per-device, per-stream counter array
+                         caching allocator (no launch: B * ceil(V / ref.CHUNK) * 2068 bytes, about
+                         1/16 of the fp32 logits' size) and a per-device, per-stream counter array
                          that every launch leaves zeroed. On Ascend, the sampler's kernel under this
                          name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
