@@ -120,6 +120,41 @@ def _l2(buf, i, j):
     return T.call_extern(buf.dtype, "__ldcg", buf.access_ptr("r", offset=i * buf.shape[1] + j))
 
 
+def _add(a, b):
+    return a + b
+
+
+@T.macro
+def block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, extras):
+    """Every thread of the block ends with the block's best (key, id) (the larger key, ties to the
+    lower id) and each extra folded alike: a shuffle butterfly per warp, the warps' records through
+    shared memory (one barrier), then every thread folds them in warp order. extras: a tuple of
+    (local (1,), shared (_WARPS,), combine) with combine a Python function of two values (_add,
+    T.max, T.min). The caller puts a barrier before it when the shared slots were read since
+    their last write. The extras are indexed, not unpacked: a Python name bound to a buffer
+    renames it in the generated CUDA."""
+    for i in T.unroll(_SHUFFLES):
+        other_key[0] = T.shfl_xor(best_key[0], 1 << i)
+        other_id[0] = T.shfl_xor(best_id[0], 1 << i)
+        take_if_better(best_key, best_id, other_key[0], other_id[0])
+        for x in extras:
+            x[0][0] = x[2](x[0][0], T.shfl_xor(x[0][0], 1 << i))
+    if lane == 0:
+        red_key[warp] = best_key[0]
+        red_id[warp] = best_id[0]
+        for x in extras:
+            x[1][warp] = x[0][0]
+    T.sync_threads()
+    best_key[0] = red_key[0]
+    best_id[0] = red_id[0]
+    for x in extras:
+        x[0][0] = x[1][0]
+    for w in T.unroll(1, _WARPS):
+        take_if_better(best_key, best_id, red_key[w], red_id[w])
+        for x in extras:
+            x[0][0] = x[2](x[0][0], x[1][w])
+
+
 @T.macro
 def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
     """sel[0] <- the largest uint32 key u whose candidates (r.cand_x holds s, n of them) with key >= u
@@ -200,18 +235,9 @@ def finish_from_lists(r, hist, sel, tx, warp, lane, bx, row, logits, t, seed, of
                 if r.w[0] >= tau_p[0] and r.w[0] >= r.sf[_SF_MIN_P]:
                     noise_bits(r.cand_id[i * _THREADS + tx], r.keys, r.h)
                     take_if_better(best_key, best_id, r.w[0] / exponential_noise(r.h), r.cand_id[i * _THREADS + tx])
-    for i in T.unroll(_SHUFFLES):
-        other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-        other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-        take_if_better(best_key, best_id, other_key[0], other_id[0])
     T.sync_threads()
-    if lane == 0:
-        red_key[warp] = best_key[0]
-        red_id[warp] = best_id[0]
-    T.sync_threads()
+    block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ())
     if tx == 0 and mode != T.int64(_DONE):
-        for w in T.unroll(1, _WARPS):
-            take_if_better(best_key, best_id, red_key[w], red_id[w])
         write_race(bx, row, logits, t, m, mode, best_id, norm, r.s, r.st, token, logprob, empty)
 
 
@@ -255,7 +281,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             row = T.cast(bx, "int64")
             n_chunks = T.ceildiv(V, CHUNK)
             rec = row * T.cast(n_chunks, "int64") + T.cast(cx, "int64")
-            xs = T.alloc_local((loads, vec), dtype)
+            # Staging of 16-bit rows (float32 rows load straight into s).
+            xs = None if dtype == "float32" else T.alloc_local((loads, vec), dtype)
             s = T.alloc_local((_PER_THREAD,), "float32")
             best_key = T.alloc_local((1,), "float32")
             best_id = T.alloc_local((1,), "int32")
@@ -298,7 +325,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 listed[0] = 0
 
             # 1. The chunk into registers as s (NaN: not finite), its max, lowest id, finite count.
-            # Entries past the row stay NaN. float32 rows load straight into s (no staging copy).
+            # Entries past the row stay NaN.
             for p in T.unroll(_PER_THREAD):
                 s[p] = T.float32(_NAN)
             for j in T.unroll(loads):
@@ -345,26 +372,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     if T.cast(T.popcount(T.cast(T.ballot_sync(_ordered(best_key[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
                         t0[0] = t0[0] | T.uint32(1 << (31 - b))
             fin64[0] = T.cast(fin[0], "int64")
-            for i in T.unroll(_SHUFFLES):
-                other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-                other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                take_if_better(best_key, best_id, other_key[0], other_id[0])
-                fin64[0] += T.shfl_xor(fin64[0], 1 << i)
-            if lane == 0:
-                red_key[warp] = best_key[0]
-                red_id[warp] = best_id[0]
-                red_fin[warp] = fin64[0]
-                red_t0[warp] = t0[0]
-            T.sync_threads()
-            # Every thread folds the warps alike (in warp order): the chunk's max, id, count, T0.
-            best_key[0] = red_key[0]
-            best_id[0] = red_id[0]
-            fin64[0] = red_fin[0]
-            t0[0] = red_t0[0]
-            for w in T.unroll(1, _WARPS):
-                take_if_better(best_key, best_id, red_key[w], red_id[w])
-                fin64[0] += red_fin[w]
-                t0[0] = T.min(t0[0], red_t0[w])
+            # The chunk's max and id, finite count and T0 (one value a warp: its shuffles change nothing).
+            block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ((fin64, red_fin, _add), (t0, red_t0, T.min)))
             m = best_key[0]
 
             # 2. The candidates: s >= bound and, for top-k rows, image(s) >= T0.
@@ -434,31 +443,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         fin64[0] += T.cast(_l2(chunk_i, rc, 1), "int64")
                         total[0] += T.min(_l2(chunk_i, rc, 2), LIST_CAP + 1)
                         over[0] = T.max(over[0], T.cast(_l2(chunk_i, rc, 2) > LIST_CAP, "int32"))
-                for i in T.unroll(_SHUFFLES):
-                    other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-                    other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                    take_if_better(best_key, best_id, other_key[0], other_id[0])
-                    fin64[0] += T.shfl_xor(fin64[0], 1 << i)
-                    total[0] += T.shfl_xor(total[0], 1 << i)
-                    over[0] = T.max(over[0], T.shfl_xor(over[0], 1 << i))
                 T.sync_threads()
-                if lane == 0:
-                    red_key[warp] = best_key[0]
-                    red_id[warp] = best_id[0]
-                    red_fin[warp] = fin64[0]
-                    red_tot[warp] = total[0]
-                    red_over[warp] = over[0]
-                T.sync_threads()
-                best_key[0] = red_key[0]
-                best_id[0] = red_id[0]
-                fin64[0] = red_fin[0]
-                total[0] = red_tot[0]
-                over[0] = red_over[0]
-                for w in T.unroll(1, _WARPS):
-                    take_if_better(best_key, best_id, red_key[w], red_id[w])
-                    fin64[0] += red_fin[w]
-                    total[0] += red_tot[w]
-                    over[0] = T.max(over[0], red_over[w])
+                block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ((fin64, red_fin, _add), (total, red_tot, _add), (over, red_over, T.max)))
                 row_max[0] = best_key[0]
                 # The normaliser: each chunk's sum rescaled to the row max, in chunk order.
                 wsum[0] = T.float32(0)
