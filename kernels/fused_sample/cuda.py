@@ -106,9 +106,24 @@ _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
 _SPAN_RACE = 22.0
 _SPAN_TOP_P = 15.0
-# Relative slack of the bound: covers the rounding of max - span for any magnitude of max.
+# Relative slack of the bound: covers the rounding of max - span for any magnitude of max, and of
+# s = x / d where the bound is read in x (xbound).
 _SLACK = 2.0**-20
 _NAN = float("nan")
+_FLT_MAX = 3.4028234663852886e38
+_INT32_MAX = 2**31 - 1
+# _ordered(-inf): T0 images below it bound nothing.
+_ORDERED_NEG_INF = 0x007FFFFF
+# Bits of T0's image the ballot bisection settles (the rest stay zero: a lower, still valid T0). 16
+# are exact for 16-bit logits and within 2**-7 relative for float32 ones.
+_T0_BITS = 16
+# A chunk is ordinary when |max x| <= _ORDINARY_X and d >= _ORDINARY_D: then m = max x / d and
+# bound * d are finite and 1 / d too (|s| <= 2**124).
+_ORDINARY_X = 2.0**64
+_ORDINARY_D = 2.0**-60
+# Absolute slack of xbound: covers the rounding of s = x / d where s is subnormal (d * 2**-149).
+_TINY = 2.0**-126
+_LOG2E = 1.4426950408889634
 # radix_select's passes (a Python tuple: unrolled as it is built): index, digit shift, mask of the
 # digits above.
 _RADIX_PASSES = tuple((d, 24 - 8 * d, ((1 << (8 * d)) - 1) << (32 - 8 * d)) for d in range(4))
@@ -125,32 +140,37 @@ def _add(a, b):
 
 
 @T.macro
-def block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, extras):
-    """Every thread of the block ends with the block's best (key, id) (the larger key, ties to the
-    lower id) and each extra folded alike: a shuffle butterfly per warp, the warps' records through
+def block_fold(warp, lane, extras, argmax=None):
+    """Every thread of the block ends with each extra folded over the block, and with argmax =
+    (best_key, best_id, other_key, other_id, red_key, red_id) also the block's best (key, id) (the
+    larger key, ties to the lower id): a shuffle butterfly per warp, the warps' values through
     shared memory (one barrier), then every thread folds them in warp order. extras: a tuple of
     (local (1,), shared (_WARPS,), combine) with combine a Python function of two values (_add,
-    T.max, T.min). The caller puts a barrier before it when the shared slots were read since
-    their last write. The extras are indexed, not unpacked: a Python name bound to a buffer
-    renames it in the generated CUDA."""
+    T.max, T.min). The caller puts a barrier before it when the shared slots were read since their
+    last write. The tuples are indexed, not unpacked: a Python name bound to a buffer renames it in
+    the generated CUDA."""
     for i in T.unroll(_SHUFFLES):
-        other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-        other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-        take_if_better(best_key, best_id, other_key[0], other_id[0])
+        if argmax is not None:
+            argmax[2][0] = T.shfl_xor(argmax[0][0], 1 << i)
+            argmax[3][0] = T.shfl_xor(argmax[1][0], 1 << i)
+            take_if_better(argmax[0], argmax[1], argmax[2][0], argmax[3][0])
         for x in extras:
             x[0][0] = x[2](x[0][0], T.shfl_xor(x[0][0], 1 << i))
     if lane == 0:
-        red_key[warp] = best_key[0]
-        red_id[warp] = best_id[0]
+        if argmax is not None:
+            argmax[4][warp] = argmax[0][0]
+            argmax[5][warp] = argmax[1][0]
         for x in extras:
             x[1][warp] = x[0][0]
     T.sync_threads()
-    best_key[0] = red_key[0]
-    best_id[0] = red_id[0]
+    if argmax is not None:
+        argmax[0][0] = argmax[4][0]
+        argmax[1][0] = argmax[5][0]
     for x in extras:
         x[0][0] = x[1][0]
     for w in T.unroll(1, _WARPS):
-        take_if_better(best_key, best_id, red_key[w], red_id[w])
+        if argmax is not None:
+            take_if_better(argmax[0], argmax[1], argmax[4][w], argmax[5][w])
         for x in extras:
             x[0][0] = x[2](x[0][0], x[1][w])
 
@@ -236,7 +256,7 @@ def finish_from_lists(r, hist, sel, tx, warp, lane, bx, row, logits, t, seed, of
                     noise_bits(r.cand_id[i * _THREADS + tx], r.keys, r.h)
                     take_if_better(best_key, best_id, r.w[0] / exponential_noise(r.h), r.cand_id[i * _THREADS + tx])
     T.sync_threads()
-    block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ())
+    block_fold(warp, lane, (), (best_key, best_id, other_key, other_id, red_key, red_id))
     if tx == 0 and mode != T.int64(_DONE):
         write_race(bx, row, logits, t, m, mode, best_id, norm, r.s, r.st, token, logprob, empty)
 
@@ -311,6 +331,13 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             row_max = T.alloc_local((1,), "float32")
             sel = T.alloc_shared((4,), "int64", scope="shared")
             bound = T.alloc_local((1,), "float32")
+            xbound = T.alloc_local((1,), "float32")
+            xmax = T.alloc_local((1,), "float32")
+            cmax = T.alloc_local((1,), "float32")
+            sv = T.alloc_local((1,), "float32")
+            dl = T.alloc_local((1,), "float32")
+            c2 = T.alloc_local((1,), "float32")
+            lowest = T.alloc_shared((1,), "int32", scope="shared")
             r = alloc_row(dtype, vec, _THREADS, _MERGE_CAP)
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
             T.assume(S % vec == 0)
@@ -319,13 +346,16 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             k = T.cast(top_k[bx], "int64")
             top_k_on = sampled and k > T.int64(0) and k < T.cast(V, "int64")
             top_k_filter = top_k_on and k <= T.int64(_TOP_K_FILTER)
+            # s = x / d: the sampler's s (greedy rows s = x, and x / 1 == x).
+            dl[0] = T.if_then_else(sampled, t, T.float32(1))
+            d = dl[0]
             n_vec = V // vec
             base = cx * (CHUNK // vec)
             if tx == 0:
                 listed[0] = 0
+                lowest[0] = T.int32(_INT32_MAX)
 
-            # 1. The chunk into registers as s (NaN: not finite), its max, lowest id, finite count.
-            # Entries past the row stay NaN.
+            # 0. The chunk into registers as x (in s; entries past the row stay NaN).
             for p in T.unroll(_PER_THREAD):
                 s[p] = T.float32(_NAN)
             for j in T.unroll(loads):
@@ -345,38 +375,38 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         for e in T.unroll(vec):
                             if n_vec * vec + e < V:
                                 s[j * vec + e] = T.cast(logits[row, n_vec * vec + e], "float32")
-            best_key[0] = -T.infinity("float32")
-            best_id[0] = -1
+            # 1. The chunk's max of x (fmaxf: NaN never wins), its finite count (x > -inf: NaN
+            # counts as -inf) and T0 in x (s = x / d never decreases as x grows, so T0 / d bounds s).
+            for a in T.unroll(4):
+                part[a] = -T.infinity("float32")
             fin[0] = 0
             for p in T.unroll(_PER_THREAD):
-                # False for NaN too: NaN counts as -inf, and -inf entries are not finite.
-                if s[p] > -T.infinity("float32"):
-                    fin[0] += 1
-                    if sampled:
-                        s[p] = s[p] / t
-                else:
-                    s[p] = T.float32(_NAN)
-            for j in T.unroll(loads):
-                for e in T.unroll(vec):
-                    # Ids ascend with the register index: a strictly larger s wins.
-                    if not T.isnan(s[j * vec + e]) and (best_id[0] < 0 or s[j * vec + e] > best_key[0]):
-                        best_key[0] = s[j * vec + e]
-                        best_id[0] = entry_id(base, j, e, tx)
+                part[p % 4] = T.max(part[p % 4], s[p])
+                fin[0] += T.cast(s[p] > -T.infinity("float32"), "int32")
+            xmax[0] = T.max(T.max(part[0], part[1]), T.max(part[2], part[3]))
             # T0 of the module docstring, per warp: the need-th largest thread max (as its
-            # order-preserving image), built bit by bit from the top: the largest u with at least
-            # `need` lanes at or above it.
+            # order-preserving image), built bit by bit from the top: the largest u (its low bits
+            # zero) with at least `need` lanes at or above it.
             t0[0] = T.uint32(0)
             if top_k_filter:
                 need = T.cast((k + T.int64(_WARPS - 1)) // T.int64(_WARPS), "int32")
-                for b in T.unroll(32):
-                    if T.cast(T.popcount(T.cast(T.ballot_sync(_ordered(best_key[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
+                for b in T.unroll(_T0_BITS):
+                    if T.cast(T.popcount(T.cast(T.ballot_sync(_ordered(xmax[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
                         t0[0] = t0[0] | T.uint32(1 << (31 - b))
             fin64[0] = T.cast(fin[0], "int64")
-            # The chunk's max and id, finite count and T0 (one value a warp: its shuffles change nothing).
-            block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ((fin64, red_fin, _add), (t0, red_t0, T.min)))
-            m = best_key[0]
+            # The chunk's max of x, finite count and T0 (one value a warp: its shuffles change nothing).
+            block_fold(warp, lane, ((xmax, red_key, T.max), (fin64, red_fin, _add), (t0, red_t0, T.min)))
+            # m: the chunk's max of s (division is monotone: the max of x divided).
+            cmax[0] = xmax[0] / d
+            m = cmax[0]
+            # Ordinary chunks: the max finite and far from overflow, d not tiny; then the bound below
+            # can be read in x and the normaliser taken with the fast exponential.
+            ordinary = T.abs(xmax[0]) <= T.float32(_ORDINARY_X) and d >= T.float32(_ORDINARY_D)
 
-            # 2. The candidates: s >= bound and, for top-k rows, image(s) >= T0.
+            # 2. The candidates: s >= bound, where bound is the filters' bound (module docstring) or
+            # top-k's T0 / d, the larger. Entries below xbound (bound in x, loosened by more than the
+            # rounding of s = x / d) cannot reach it and skip the division; in other chunks xbound
+            # admits every entry.
             span = T.if_then_else(
                 top_p[bx] < T.float32(1),
                 T.float32(_SPAN_TOP_P),
@@ -385,23 +415,46 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             bound[0] = T.if_then_else(
                 not sampled or m == T.infinity("float32"),
                 m,
-                T.if_then_else(top_k_on, -T.infinity("float32"), m - span - T.abs(m) * T.float32(_SLACK)),
+                T.max(
+                    T.if_then_else(top_k_on, -T.infinity("float32"), m - span - T.abs(m) * T.float32(_SLACK)),
+                    T.if_then_else(t0[0] > T.uint32(_ORDERED_NEG_INF), _unordered(t0[0]), -T.infinity("float32")) / d,
+                ),
+            )
+            xbound[0] = bound[0] * d
+            xbound[0] = T.if_then_else(
+                ordinary,
+                T.max(xbound[0] - T.abs(xbound[0]) * T.float32(_SLACK) - d * T.float32(_TINY), T.float32(-_FLT_MAX)),
+                T.float32(-_FLT_MAX),
             )
             for j in T.unroll(loads):
                 for e in T.unroll(vec):
-                    if s[j * vec + e] >= bound[0] and _ordered(s[j * vec + e]) >= t0[0]:
-                        slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
-                        if slot[0] < LIST_CAP:
-                            list_s[rec, slot[0]] = s[j * vec + e]
-                            list_id[rec, slot[0]] = entry_id(base, j, e, tx)
+                    # False for NaN and -inf (xbound is finite).
+                    if s[j * vec + e] >= xbound[0]:
+                        sv[0] = s[j * vec + e] / d
+                        if sv[0] == m:
+                            T.atomic_min(lowest[0], entry_id(base, j, e, tx))
+                        if sv[0] >= bound[0]:
+                            slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
+                            if slot[0] < LIST_CAP:
+                                list_s[rec, slot[0]] = sv[0]
+                                list_id[rec, slot[0]] = entry_id(base, j, e, tx)
 
-            # 3. The normaliser (d = 0 at the max: also where s and max are both -inf).
-            # Four partial sums, so that the expf calls do not wait on each other's adds.
+            # 3. The normaliser, sum of exp(s - m) over the finite entries (d = 0 at the max: also
+            # where s and m are both infinite). Four partial sums, so that the exponentials do not
+            # wait on each other's adds. Ordinary chunks take exp2((x - max x) * log2(e) / d), no
+            # division an entry (a few ulp off expf(s - m): the normaliser only scales the
+            # logprob); others expf(s - m) as the sampler.
             for a in T.unroll(4):
                 part[a] = T.float32(0)
-            for p in T.unroll(_PER_THREAD):
-                if not T.isnan(s[p]):
-                    part[p % 4] += T.exp(T.if_then_else(s[p] == m, T.float32(0), s[p] - m))
+            if ordinary:
+                c2[0] = T.float32(_LOG2E) / d
+                for p in T.unroll(_PER_THREAD):
+                    part[p % 4] += T.if_then_else(s[p] > -T.infinity("float32"), T.exp2((s[p] - xmax[0]) * c2[0]), T.float32(0))
+            else:
+                for p in T.unroll(_PER_THREAD):
+                    if s[p] > -T.infinity("float32"):
+                        sv[0] = s[p] / d
+                        part[p % 4] += T.exp(T.if_then_else(sv[0] == m, T.float32(0), sv[0] - m))
             wsum[0] = (part[0] + part[1]) + (part[2] + part[3])
             for i in T.unroll(_SHUFFLES):
                 wsum[0] += T.shfl_xor(wsum[0], 1 << i)
@@ -417,7 +470,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     wsum[0] += red_sum[w]
                 chunk_f[rec, 0] = m
                 chunk_f[rec, 1] = wsum[0]
-                chunk_i[rec, 0] = best_id[0]
+                chunk_i[rec, 0] = T.if_then_else(fin64[0] > T.int64(0), lowest[0], -1)
                 chunk_i[rec, 1] = T.cast(fin64[0], "int32")
                 # Finite entries whose s all underflowed to -inf bound nothing: an overflow.
                 chunk_i[rec, 2] = T.if_then_else(fin64[0] > T.int64(0) and m == -T.infinity("float32"), LIST_CAP + 1, listed[0])
@@ -444,7 +497,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         total[0] += T.min(_l2(chunk_i, rc, 2), LIST_CAP + 1)
                         over[0] = T.max(over[0], T.cast(_l2(chunk_i, rc, 2) > LIST_CAP, "int32"))
                 T.sync_threads()
-                block_argmax(warp, lane, best_key, best_id, other_key, other_id, red_key, red_id, ((fin64, red_fin, _add), (total, red_tot, _add), (over, red_over, T.max)))
+                block_fold(warp, lane, ((fin64, red_fin, _add), (total, red_tot, _add), (over, red_over, T.max)), (best_key, best_id, other_key, other_id, red_key, red_id))
                 row_max[0] = best_key[0]
                 # The normaliser: each chunk's sum rescaled to the row max, in chunk order.
                 wsum[0] = T.float32(0)
