@@ -101,6 +101,8 @@ _PER_THREAD = CHUNK // _THREADS
 # Candidates the finishing block holds: 16 chunks (the models' vocabularies) x LIST_CAP, less one
 # so that their q-masses (each <= 2**20) sum below 2**32 in radix_select's uint32 bins.
 _MERGE_CAP = 4095
+# List entries a lane of the gathering warp holds: a whole list (at most LIST_CAP) a warp.
+_GATHER = LIST_CAP // _WARP
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -332,6 +334,12 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             sel = T.alloc_shared((4,), "int64", scope="shared")
             bound = T.alloc_local((1,), "float32")
             xbound = T.alloc_local((1,), "float32")
+            img = T.alloc_local((1,), "uint32")
+            mask = T.alloc_local((1,), "uint32")
+            gather_s = T.alloc_local((_GATHER,), "float32")
+            gather_id = T.alloc_local((_GATHER,), "int32")
+            ncand = T.alloc_local((1,), "int32")
+            up = T.alloc_local((1,), "int32")
             xmax = T.alloc_local((1,), "float32")
             cmax = T.alloc_local((1,), "float32")
             sv = T.alloc_local((1,), "float32")
@@ -385,14 +393,23 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 fin[0] += T.cast(s[p] > -T.infinity("float32"), "int32")
             xmax[0] = T.max(T.max(part[0], part[1]), T.max(part[2], part[3]))
             # T0 of the module docstring, per warp: the need-th largest thread max (as its
-            # order-preserving image), built bit by bit from the top: the largest u (its low bits
-            # zero) with at least `need` lanes at or above it.
+            # order-preserving image), built two bits at a time from the top: the largest u (its
+            # low bits zero) with at least `need` lanes at or above it. The three ballots of a step
+            # are independent, and the digit is how many of them hold (each implies the lower).
             t0[0] = T.uint32(0)
             if top_k_filter:
                 need = T.cast((k + T.int64(_WARPS - 1)) // T.int64(_WARPS), "int32")
-                for b in T.unroll(_T0_BITS):
-                    if T.cast(T.popcount(T.cast(T.ballot_sync(_ordered(xmax[0]) >= (t0[0] | T.uint32(1 << (31 - b)))), "uint32")), "int32") >= need:
-                        t0[0] = t0[0] | T.uint32(1 << (31 - b))
+                img[0] = _ordered(xmax[0])
+                for b in T.unroll(_T0_BITS // 2):
+                    shift = T.cast(30 - 2 * b, "uint32")
+                    t0[0] = t0[0] | (
+                        (
+                            T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(1) << shift))), "uint32")) >= need, "uint32")
+                            + T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(2) << shift))), "uint32")) >= need, "uint32")
+                            + T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(3) << shift))), "uint32")) >= need, "uint32")
+                        )
+                        << shift
+                    )
             fin64[0] = T.cast(fin[0], "int64")
             # The chunk's max of x, finite count and T0 (one value a warp: its shuffles change nothing).
             block_fold(warp, lane, ((xmax, red_key, T.max), (fin64, red_fin, _add), (t0, red_t0, T.min)))
@@ -403,7 +420,25 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             # can be read in x and the normaliser taken with the fast exponential.
             ordinary = T.abs(xmax[0]) <= T.float32(_ORDINARY_X) and d >= T.float32(_ORDINARY_D)
 
-            # 2. The candidates: s >= bound, where bound is the filters' bound (module docstring) or
+            # 2. The normaliser, sum of exp(s - m) over the finite entries (d = 0 at the max: also
+            # where s and m are both infinite). Four partial sums, so that the exponentials do not
+            # wait on each other's adds. Ordinary chunks take exp2((x - max x) * log2(e) / d), no
+            # division an entry (a few ulp off expf(s - m): the normaliser only scales the
+            # logprob); others expf(s - m) as the sampler.
+            for a in T.unroll(4):
+                part[a] = T.float32(0)
+            if ordinary:
+                c2[0] = T.float32(_LOG2E) / d
+                for p in T.unroll(_PER_THREAD):
+                    part[p % 4] += T.if_then_else(s[p] > -T.infinity("float32"), T.exp2((s[p] - xmax[0]) * c2[0]), T.float32(0))
+            else:
+                for p in T.unroll(_PER_THREAD):
+                    if s[p] > -T.infinity("float32"):
+                        sv[0] = s[p] / d
+                        part[p % 4] += T.exp(T.if_then_else(sv[0] == m, T.float32(0), sv[0] - m))
+            wsum[0] = (part[0] + part[1]) + (part[2] + part[3])
+
+            # 3. The candidates: s >= bound, where bound is the filters' bound (module docstring) or
             # top-k's T0 / d, the larger. Entries below xbound (bound in x, loosened by more than the
             # rounding of s = x / d) cannot reach it and skip the division; in other chunks xbound
             # admits every entry.
@@ -426,6 +461,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 T.max(xbound[0] - T.abs(xbound[0]) * T.float32(_SLACK) - d * T.float32(_TINY), T.float32(-_FLT_MAX)),
                 T.float32(-_FLT_MAX),
             )
+            mask[0] = T.uint32(0)
+            ncand[0] = 0
             for j in T.unroll(loads):
                 for e in T.unroll(vec):
                     # False for NaN and -inf (xbound is finite).
@@ -434,28 +471,27 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         if sv[0] == m:
                             T.atomic_min(lowest[0], entry_id(base, j, e, tx))
                         if sv[0] >= bound[0]:
-                            slot[0] = T.atomic_add(listed[0], 1, return_prev=True)
-                            if slot[0] < LIST_CAP:
-                                list_s[rec, slot[0]] = sv[0]
-                                list_id[rec, slot[0]] = entry_id(base, j, e, tx)
-
-            # 3. The normaliser, sum of exp(s - m) over the finite entries (d = 0 at the max: also
-            # where s and m are both infinite). Four partial sums, so that the exponentials do not
-            # wait on each other's adds. Ordinary chunks take exp2((x - max x) * log2(e) / d), no
-            # division an entry (a few ulp off expf(s - m): the normaliser only scales the
-            # logprob); others expf(s - m) as the sampler.
-            for a in T.unroll(4):
-                part[a] = T.float32(0)
-            if ordinary:
-                c2[0] = T.float32(_LOG2E) / d
-                for p in T.unroll(_PER_THREAD):
-                    part[p % 4] += T.if_then_else(s[p] > -T.infinity("float32"), T.exp2((s[p] - xmax[0]) * c2[0]), T.float32(0))
-            else:
-                for p in T.unroll(_PER_THREAD):
-                    if s[p] > -T.infinity("float32"):
-                        sv[0] = s[p] / d
-                        part[p % 4] += T.exp(T.if_then_else(sv[0] == m, T.float32(0), sv[0] - m))
-            wsum[0] = (part[0] + part[1]) + (part[2] + part[3])
+                            # Its register takes s (x is not read again).
+                            s[j * vec + e] = sv[0]
+                            mask[0] = mask[0] | (T.uint32(1) << T.cast(j * vec + e, "uint32"))
+                            ncand[0] += 1
+            # Places in the list: a scan of the counts over the warp, one atomic a warp.
+            slot[0] = ncand[0]
+            for i in T.unroll(_SHUFFLES):
+                up[0] = T.shfl_up(slot[0], 1 << i)
+                if lane >= (1 << i):
+                    slot[0] += up[0]
+            up[0] = 0
+            if lane == _WARP - 1:
+                up[0] = T.atomic_add(listed[0], slot[0], return_prev=True)
+            slot[0] = T.shfl_sync(up[0], _WARP - 1) + slot[0] - ncand[0]
+            for j in T.unroll(loads):
+                for e in T.unroll(vec):
+                    if (mask[0] >> T.cast(j * vec + e, "uint32")) & T.uint32(1) != T.uint32(0):
+                        if slot[0] < LIST_CAP:
+                            list_s[rec, slot[0]] = s[j * vec + e]
+                            list_id[rec, slot[0]] = entry_id(base, j, e, tx)
+                        slot[0] += 1
             for i in T.unroll(_SHUFFLES):
                 wsum[0] += T.shfl_xor(wsum[0], 1 << i)
             if lane == 0:
@@ -526,18 +562,25 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
                 over[0] = fast[0]
                 if over[0] != 0:
-                    # The lists into shared memory as s: a warp a chunk, places claimed with one atomic.
+                    # The lists into shared memory as s: a warp a chunk, places claimed with one
+                    # atomic. Every lane reads the count, and all of a lane's list reads are issued
+                    # before the first lands (one L2 round trip a chunk, not one a 32 entries).
                     for i in T.serial(T.ceildiv(n_chunks, _WARPS)):
                         if i * _WARPS + warp < n_chunks:
                             rc = row * T.cast(n_chunks, "int64") + T.cast(i * _WARPS + warp, "int64")
+                            ncand[0] = _l2(chunk_i, rc, 2)
                             slot[0] = 0
                             if lane == 0:
-                                slot[0] = T.atomic_add(listed[0], _l2(chunk_i, rc, 2), return_prev=True)
+                                slot[0] = T.atomic_add(listed[0], ncand[0], return_prev=True)
+                            for e in T.unroll(_GATHER):
+                                if e * _WARP + lane < ncand[0]:
+                                    gather_s[e] = _l2(list_s, rc, e * _WARP + lane)
+                                    gather_id[e] = _l2(list_id, rc, e * _WARP + lane)
                             slot[0] = T.shfl_sync(slot[0], 0)
-                            for e in T.serial(T.ceildiv(_l2(chunk_i, rc, 2), _WARP)):
-                                if e * _WARP + lane < _l2(chunk_i, rc, 2):
-                                    r.cand_x[slot[0] + e * _WARP + lane] = _l2(list_s, rc, e * _WARP + lane)
-                                    r.cand_id[slot[0] + e * _WARP + lane] = _l2(list_id, rc, e * _WARP + lane)
+                            for e in T.unroll(_GATHER):
+                                if e * _WARP + lane < ncand[0]:
+                                    r.cand_x[slot[0] + e * _WARP + lane] = gather_s[e]
+                                    r.cand_id[slot[0] + e * _WARP + lane] = gather_id[e]
                     T.sync_threads()
                     finish_from_lists(r, hist32, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 else:
