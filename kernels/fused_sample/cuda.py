@@ -18,46 +18,59 @@ No entry of the workspace needs a value before the launch except arrivals.
 
 Semantics are `kernels.sampler.ref` (the contract), token for token: the candidates only decide which
 entries the sampler's passes look at, and they hold every entry any filter could keep (below). Only
-the logprob's float32 normaliser has this kernel's own fixed order (each chunk's sum in thread and
-warp order, the chunks rescaled to the row max and added in chunk order).
+the logprob's float32 normaliser is this kernel's own: its own fixed order (each chunk's sum in
+thread and warp order, the chunks rescaled to the row max and added in chunk order) and, on
+ordinary chunks (step 2), exp2f in place of expf (the logprob stays within 1e-5 relative, 1e-4
+absolute of the sampler's: the device tests' tolerance).
 
 Grid (n, B), _THREADS threads a block, two blocks an SM; block (c, b) reads chunk c of row b once,
-into registers:
-  1. s = x / t (IEEE division; greedy rows s = x), NaN where x is not finite; the chunk's max of s
-     with its lowest id and its finite count.
-  2. Its candidates, appended to its list as (s, id): every finite entry whose s reaches a bound
-     that no kept entry is below.
-       greedy rows        s = the chunk max (its ties).
+into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
+decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d):
+  1. The chunk's max of x (NaN never wins), its finite count (x > -inf) and T0 (below, in x).
+  2. The normaliser, the sum of exp(s - m) over the finite entries: on ordinary chunks (|max x| <=
+     2**64 and d >= 2**-60) exp2f((x - max x) * log2(e) / d), no division an entry (a few ulp off
+     expf(s - m); it only scales the logprob); on others the sampler's expf(s - m).
+  3. Its candidates, appended to its list as (s, id): every finite entry whose s = x / d (IEEE
+     division) reaches a bound that no kept entry is below.
+       greedy rows        s = m (the max's ties).
        top-k rows         (0 < k < V) no bound on s: the lists must hold top-k's whole set, because
                           the k-th largest s and top-p's mass are taken over it. With
-                          k <= _TOP_K_FILTER the image of s reaches T0, the smallest over the warps
-                          of each warp's ceil(k / warps)-th largest thread max: the chunk holds
-                          >= k entries >= T0, so T0 <= the chunk's k-th largest s <= every s top-k
-                          keeps. A larger k lists every finite entry (and overflows on large rows).
-       other sampled rows s >= max - span - |max| * 2**-20: span 15 with top-p on (a kept w is at
+                          k <= _TOP_K_FILTER, s >= T0 / d, T0 the smallest over the warps of each
+                          warp's ceil(k / warps)-th largest thread max of x (its top 16 bits): the
+                          chunk holds >= k entries with x >= T0, so T0 / d <= the chunk's k-th
+                          largest s <= every s top-k keeps. A larger k lists every finite entry
+                          (and overflows on large rows).
+       other sampled rows s >= m - span - |m| * 2**-20: span 15 with top-p on (a kept w is at
                           least 2**-20 = expf(-13.86): entries with q = 0 move no mass), else
                           1 - logf(min_p) with min-p on, else 22 (w / E with w < 3.6e-9 never beats
                           the max's key 1 / E >= 1 / 16.64).
-  3. The sum of expf(s - max) (the logprob's normaliser) and the chunk's record; then a block
-     barrier and thread 0's acquire-release add on arrivals[b] (no fences: the barrier orders the
-     block's writes before that release, as in CUTLASS's grid barriers).
+     On ordinary chunks only entries with x >= the bound times d, loosened past the rounding of
+     x / d, are divided; the lowest id with s == m is a shared atomic min over them (every entry
+     with s == m is a candidate). Each lane counts its candidates, a warp scan places them and one
+     shared atomic a warp claims the places.
+  4. The chunk's record; then a block barrier and thread 0's acquire-release add on arrivals[b] (no
+     fences: the barrier orders the block's writes before that release, as in CUTLASS's grid
+     barriers).
 The block that arrives last resets the counter and finishes the row, reading the others' records
 and lists through L2 (__ldcg: L1 is not coherent across SMs). It folds the n records (row max,
 lowest id, finite count, normaliser), settles the row with the sampler's decide_max (empty and
 +inf rows end there), gathers the lists into shared memory (at most _MERGE_CAP entries) and takes
-top-k's and top-p's thresholds over them exactly by radix_select (four 8-bit passes each, integer
-counts and masses), then races the kept entries (finish_from_lists). A row whose lists overflowed
-or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER on a large row,
-finite logits whose s all underflow) is finished by the same block with the sampler's passes over
-the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
+top-k's threshold over them exactly by radix_select (four 8-bit passes of integer counts) and
+top-p's over top-k's survivors by ranks when at most _THREADS survive (top_p_by_ranks, one pass),
+else by radix_select (integer masses), then races the kept entries (finish_from_lists). A row whose
+lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER
+on a large row, finite logits whose s all underflow) is finished by the same block with the
+sampler's passes over the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
-Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
-32.7 us at B = 1, 126.0 us at B = 128, 425.0 us at B = 512 (the sampler's kernel: 247 / 274 /
-1083 us in the same run).
+Speed (H200, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9: 30.0 us at
+B = 1, 105.3 us at B = 128, 331.9 us at B = 512 (a same-run probe; the sampler's kernel: 247 / 274 /
+1083 us in the benchmark).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
+import types
+
 import tilelang
 import tilelang.language as T
 
@@ -188,6 +201,7 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
     hist: shared uint32 (_BINS,) (native shared atomics: 64-bit ones spin on compare-and-swap,
     and the leading digits crowd a few bins); sel: shared int64 (4,), the prefix and remaining
     target, double-buffered by pass parity."""
+    peers = T.alloc_local((1,), "uint32")
     for d, shift, mask in _RADIX_PASSES:
         hist[tx] = T.uint32(0)
         T.sync_threads()
@@ -204,7 +218,11 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
                 else:
                     r.bits[0] = _ordered(sv)
                     if (r.bits[0] & T.uint32(mask)) == prefix:
-                        T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.uint32(1))
+                        # One atomic per digit a warp: the leading digits crowd a bin or two.
+                        r.digit[0] = T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")
+                        peers[0] = T.call_extern("uint32", "__match_any_sync", T.call_extern("uint32", "__activemask"), r.digit[0])
+                        if T.cast(lane, "uint32") == T.call_extern("uint32", "__ffs", peers[0]) - T.uint32(1):
+                            T.atomic_add(hist[r.digit[0]], T.cast(T.popcount(peers[0]), "uint32"))
         T.sync_threads()
         # Bins from the top: thread tx scans bin 255 - tx, so incl is the weight at or above it.
         r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
@@ -224,11 +242,64 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
         T.sync_threads()
 
 
+def alloc_top_p() -> types.SimpleNamespace:
+    """The buffers of top_p_by_ranks (called inside the kernel scope; red is the caller's)."""
+    return types.SimpleNamespace(
+        w=T.alloc_shared((_THREADS,), "float32", scope="shared"),
+        n=T.alloc_shared((1,), "int32", scope="shared"),
+        count=T.alloc_local((1,), "int32"),
+        mine=T.alloc_local((1,), "float32"),
+        q=T.alloc_local((1,), "int64"),
+        mass=T.alloc_local((1,), "int64"),
+        total=T.alloc_local((1,), "int64"),
+        key=T.alloc_local((1,), "uint32"),
+    )
+
+
 @T.macro
-def finish_from_lists(r, hist, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
+def top_k_survivors(r, tp, tx, n, tau_k, m):
+    """The w = expf(s - m) of the candidates with s >= tau_k (top-k's survivors; radix_select's
+    weighted pass takes the same set and w) into tp.w, the first _THREADS of them; tp.n counts them
+    all (zero before)."""
+    for i in T.serial(T.ceildiv(n, _THREADS)):
+        if i * _THREADS + tx < n:
+            if r.cand_x[i * _THREADS + tx] >= tau_k:
+                r.slot[0] = T.atomic_add(tp.n[0], 1, return_prev=True)
+                if r.slot[0] < _THREADS:
+                    tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+
+
+@T.macro
+def top_p_by_ranks(tp, red, tx, warp, lane, p20, tau_p):
+    """tau_p over the survivors' w (tp.w, tp.count[0] <= _THREADS of them), as radix_select would
+    give it, in one pass and one barrier: thread j sums M_j, the q-mass (q = floor(w * 2**20)) of
+    the survivors with w >= w_j, and Q, all of it; tau_p is the largest w_j with M_j >= ceil(p20 *
+    Q / 2**20). The mass at or above a threshold changes only at the survivors' w, so the largest
+    threshold that keeps the target is one of them. red: shared uint32 (_WARPS,)."""
+    tp.mine[0] = T.if_then_else(tx < tp.count[0], tp.w[tx], T.float32(0))
+    tp.mass[0] = T.int64(0)
+    tp.total[0] = T.int64(0)
+    for i in T.serial(tp.count[0]):
+        tp.q[0] = T.cast(T.cast(tp.w[i] * T.float32(1 << MASS_BITS), "uint32"), "int64")
+        tp.total[0] += tp.q[0]
+        if tp.w[i] >= tp.mine[0]:
+            tp.mass[0] += tp.q[0]
+    tp.key[0] = T.if_then_else(
+        tx < tp.count[0] and tp.mass[0] >= (p20 * tp.total[0] + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS),
+        T.reinterpret("uint32", tp.mine[0]),
+        T.uint32(0),
+    )
+    block_fold(warp, lane, ((tp.key, red, T.max),))
+    tau_p[0] = T.reinterpret("float32", tp.key[0])
+
+
+@T.macro
+def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
     """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids), after decide_max left
-    the mode and filters in r.st / r.sf: top-k and top-p thresholds by radix_select, min-p, then the
-    race among the kept (the sampler's phases 1-9, over the lists only)."""
+    the mode and filters in r.st / r.sf: top-k's threshold by radix_select, top-p's by
+    top_p_by_ranks over top-k's survivors when at most _THREADS survive (else radix_select), min-p,
+    then the race among the kept (the sampler's phases 1-9, over the lists only). tp.n is zero
+    before."""
     mode = r.st[_ST_MODE]
     tau_k = T.alloc_local((1,), "float32")
     tau_p = T.alloc_local((1,), "float32")
@@ -242,10 +313,17 @@ def finish_from_lists(r, hist, sel, tx, warp, lane, bx, row, logits, t, seed, of
             radix_select(r, hist, sel, tx, warp, lane, n, False, tau_k[0], m, T.int64(0))
             tau_k[0] = _unordered(T.cast(sel[0], "uint32"))
         if r.st[_ST_TOP_P_ON] != 0:
-            if tx == 0:
-                sel[0] = T.int64(0)
-            radix_select(r, hist, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
-            tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
+            top_k_survivors(r, tp, tx, n, tau_k[0], m)
+            T.sync_threads()
+            # Through a local: a loop bound read from shared memory defeats the barrier planner.
+            tp.count[0] = tp.n[0]
+            if tp.count[0] <= _THREADS:
+                top_p_by_ranks(tp, red_u, tx, warp, lane, r.st[_ST_P20], tau_p)
+            else:
+                if tx == 0:
+                    sel[0] = T.int64(0)
+                radix_select(r, hist, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
+                tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
     noise_row_keys(seed[bx], offset[bx], r.keys)
     best_key[0] = -T.infinity("float32")
@@ -347,6 +425,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             c2 = T.alloc_local((1,), "float32")
             lowest = T.alloc_shared((1,), "int32", scope="shared")
             r = alloc_row(dtype, vec, _THREADS, _MERGE_CAP)
+            tp = alloc_top_p()
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
             T.assume(S % vec == 0)
             t = temperature[bx]
@@ -557,6 +636,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         norm[0] += red_sum[w]
                     fast[0] = T.cast(over[0] == 0 and total[0] <= _MERGE_CAP, "int32")
                     listed[0] = 0
+                    tp.n[0] = 0
                     decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                 T.sync_threads()
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
@@ -582,7 +662,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                                     r.cand_x[slot[0] + e * _WARP + lane] = gather_s[e]
                                     r.cand_id[slot[0] + e * _WARP + lane] = gather_id[e]
                     T.sync_threads()
-                    finish_from_lists(r, hist32, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
+                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 else:
                     # Lists that could not hold the row: the sampler's passes over the row itself.
                     sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)

@@ -336,6 +336,40 @@ def test_device_rows_by_each_path(device, dtype):
 
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_device_rows_off_the_fast_path(device, dtype):
+    """Rows whose chunks leave the kernel's fast path (max |x| above 2**64, or t below 2**-60: the
+    bound is not read in x and the normaliser takes expf), rows where s = x / t overflows (m = +inf:
+    the token is the lowest id of the +inf entries), +inf logits in a sampled row, the max of s
+    tied by rounding (x / t of two different x), and top-p over top-k's survivors both ways (at most
+    256 survivors: by ranks; more, ties at top-k's threshold: by radix select)."""
+    B, V = 8, 129280
+    logits = torch.randn(B, V, device=device) * 3
+    logits[0] *= 1e30
+    logits[1] *= 1e30
+    logits[2, [77, 5000, 100000]] = INF
+    # 16777213 / 3 and 16777214 / 3 both round to 5592404.5 (float32): the max of s at two ids.
+    logits[3] -= 10
+    logits[3, [900, 300]] = torch.tensor([16777214.0, 16777213.0], device=device)
+    logits[6] = torch.round(logits[6])
+    logits = logits.to(dtype)
+    seed, offset = (t.to(device) for t in counters(B))
+    params = (
+        torch.tensor([0.7, 1e-10, 0.7, 3.0, 2.0**-61, 0.7, 0.7, 1.0], device=device),
+        torch.tensor([50, 0, 50, 50, 50, 200, 256, 3], device=device),
+        torch.tensor([0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9, 1.0], device=device),
+        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3], device=device),
+        seed,
+        offset,
+    )
+    got = api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device))
+    _assert_matches(got, logits, params)
+    assert got.tokens[2].item() == 77
+    # Row 1: x / t overflows to +inf for most positive entries; the lowest such id is the token.
+    assert got.tokens[1].item() == int(torch.nonzero(logits[1].float() / params[0][1] == INF)[0])
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("V", [13, 1001, 8195, 129283], ids=lambda v: f"V{v}")
 def test_device_rows_with_a_ragged_tail(device, dtype, V):
     """Rows loaded in 16-byte vectors whose length is no multiple of the vector (the row stride is):
