@@ -20,16 +20,16 @@ Semantics are `kernels.sampler.ref` (the contract), token for token: the candida
 entries the sampler's passes look at, and they hold every entry any filter could keep (below). Only
 the logprob's float32 normaliser is this kernel's own: its own fixed order (each chunk's sum in
 thread and warp order, the chunks rescaled to the row max and added in chunk order) and, on
-ordinary chunks (step 2), exp2f in place of expf (the logprob stays within 1e-5 relative, 1e-4
-absolute of the sampler's: the device tests' tolerance).
+ordinary chunks (step 2), x in place of s and exp2f in place of expf (the logprob stays within
+1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
 
 Grid (n, B), _THREADS threads a block, two blocks an SM; block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
 decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d):
   1. The chunk's max of x (NaN never wins), its finite count (x > -inf) and T0 (below, in x).
-  2. The normaliser, the sum of exp(s - m) over the finite entries: on ordinary chunks (|max x| <=
-     2**64 and d >= 2**-60) exp2f((x - max x) * log2(e) / d), no division an entry (a few ulp off
-     expf(s - m); it only scales the logprob); on others the sampler's expf(s - m).
+  2. The normaliser, the sum of exp(s - m) over the finite entries: on ordinary chunks (|m| <= 128
+     and d >= 2**-60) exp2f((x - max x) * log2(e) / d), no division an entry (within 2**-15
+     relative of expf(s - m); it only scales the logprob); on others the sampler's expf(s - m).
   3. Its candidates, appended to its list as (s, id): every finite entry whose s = x / d (IEEE
      division) reaches a bound that no kept entry is below.
        greedy rows        s = m (the max's ties).
@@ -132,11 +132,13 @@ _ORDERED_NEG_INF = 0x007FFFFF
 # Bits of T0's image the ballot bisection settles (the rest stay zero: a lower, still valid T0). 16
 # are exact for 16-bit logits and within 2**-7 relative for float32 ones.
 _T0_BITS = 16
-# A chunk is ordinary when |max x| <= _ORDINARY_X and d >= _ORDINARY_D: then m = max x / d and
-# bound * d are finite and 1 / d too (|s| <= 2**124).
-_ORDINARY_X = 2.0**64
+# A chunk is ordinary when |m| <= _ORDINARY_M and d >= _ORDINARY_D: the entries that weigh in the
+# normaliser (s >= m - 22) then have |s| < 256, where x / d rounds by at most 2**-16, so exp(s - m)
+# read as exp((x - max x) / d) is off by at most 2**-15 relative; and log2(e) / d is finite.
+_ORDINARY_M = 128.0
 _ORDINARY_D = 2.0**-60
-# Absolute slack of xbound: covers the rounding of s = x / d where s is subnormal (d * 2**-149).
+# Absolute slack of xbound, times d + 1: covers the rounding of s = x / d near zero (d * 2**-149)
+# and of bound * d (2**-150).
 _TINY = 2.0**-126
 _LOG2E = 1.4426950408889634
 # radix_select's passes (a Python tuple: unrolled as it is built): index, digit shift, mask of the
@@ -495,9 +497,9 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             # m: the chunk's max of s (division is monotone: the max of x divided).
             cmax[0] = xmax[0] / d
             m = cmax[0]
-            # Ordinary chunks: the max finite and far from overflow, d not tiny; then the bound below
-            # can be read in x and the normaliser taken with the fast exponential.
-            ordinary = T.abs(xmax[0]) <= T.float32(_ORDINARY_X) and d >= T.float32(_ORDINARY_D)
+            # Ordinary chunks (|m| <= 128, d not tiny): the normaliser is taken with x in place of
+            # s, and the bound below is read in x.
+            ordinary = T.abs(m) <= T.float32(_ORDINARY_M) and d >= T.float32(_ORDINARY_D)
 
             # 2. The normaliser, sum of exp(s - m) over the finite entries (d = 0 at the max: also
             # where s and m are both infinite). Four partial sums, so that the exponentials do not
@@ -537,7 +539,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             xbound[0] = bound[0] * d
             xbound[0] = T.if_then_else(
                 ordinary,
-                T.max(xbound[0] - T.abs(xbound[0]) * T.float32(_SLACK) - d * T.float32(_TINY), T.float32(-_FLT_MAX)),
+                T.max(xbound[0] - T.abs(xbound[0]) * T.float32(_SLACK) - (d + T.float32(1)) * T.float32(_TINY), T.float32(-_FLT_MAX)),
                 T.float32(-_FLT_MAX),
             )
             mask[0] = T.uint32(0)

@@ -337,8 +337,8 @@ def test_device_rows_by_each_path(device, dtype):
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_device_rows_off_the_fast_path(device, dtype):
-    """Rows whose chunks leave the kernel's fast path (max |x| above 2**64, or t below 2**-60: the
-    bound is not read in x and the normaliser takes expf), rows where s = x / t overflows (m = +inf:
+    """Rows whose chunks leave the kernel's fast path (|m| above 128, or t below 2**-60: the bound is
+    not read in x and the normaliser takes expf), rows where s = x / t overflows (m = +inf:
     the token is the lowest id of the +inf entries), +inf logits in a sampled row, the max of s
     tied by rounding (x / t of two different x), and top-p over top-k's survivors both ways (at most
     256 survivors: by ranks; more, ties at top-k's threshold: by radix select)."""
