@@ -62,9 +62,9 @@ lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k a
 on a large row, finite logits whose s all underflow) is finished by the same block with the
 sampler's passes over the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
-Speed (H200, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9: 30.0 us at
-B = 1, 105.3 us at B = 128, 331.9 us at B = 512 (a same-run probe; the sampler's kernel: 247 / 274 /
-1083 us in the benchmark).
+Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
+27.7 us at B = 1, 98.1 us at B = 128, 323.0 us at B = 512 (the sampler's kernel: 248 / 276 / 1090
+us in the same run).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
