@@ -63,7 +63,7 @@ on a large row, finite logits whose s all underflow) is finished by the same blo
 sampler's passes over the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
-27.7 us at B = 1, 98.1 us at B = 128, 323.0 us at B = 512 (the sampler's kernel: 248 / 276 / 1090
+26.3 us at B = 1, 96.7 us at B = 128, 319.2 us at B = 512 (the sampler's kernel: 247 / 274 / 1083
 us in the same run).
 """
 
@@ -296,12 +296,12 @@ def top_p_by_ranks(tp, red, tx, warp, lane, p20, tau_p):
 
 
 @T.macro
-def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
+def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, row_seed, row_offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
     """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids), after decide_max left
     the mode and filters in r.st / r.sf: top-k's threshold by radix_select, top-p's by
     top_p_by_ranks over top-k's survivors when at most _THREADS survive (else radix_select), min-p,
     then the race among the kept (the sampler's phases 1-9, over the lists only). tp.n is zero
-    before."""
+    before; row_seed and row_offset are the row's counters (values)."""
     mode = r.st[_ST_MODE]
     tau_k = T.alloc_local((1,), "float32")
     tau_p = T.alloc_local((1,), "float32")
@@ -327,7 +327,7 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
                 radix_select(r, hist, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
                 tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
-    noise_row_keys(seed[bx], offset[bx], r.keys)
+    noise_row_keys(row_seed, row_offset, r.keys)
     best_key[0] = -T.infinity("float32")
     best_id[0] = -1
     for i in T.serial(T.ceildiv(n, _THREADS) * T.cast(mode == T.int64(_SAMPLED), "int32")):
@@ -417,6 +417,14 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             img = T.alloc_local((1,), "uint32")
             mask = T.alloc_local((1,), "uint32")
             gather_s = T.alloc_local((_GATHER,), "float32")
+            rec_m = T.alloc_local((1,), "float32")
+            row_seed = T.alloc_local((1,), "int64")
+            row_offset = T.alloc_local((1,), "int64")
+            rec_sum = T.alloc_local((1,), "float32")
+            rec_id = T.alloc_local((1,), "int32")
+            rec_fin = T.alloc_local((1,), "int32")
+            rec_n = T.alloc_local((1,), "int32")
+            chunk_n = T.alloc_shared((_THREADS,), "int32", scope="shared")
             gather_id = T.alloc_local((_GATHER,), "int32")
             ncand = T.alloc_local((1,), "int32")
             up = T.alloc_local((1,), "int32")
@@ -600,29 +608,45 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
 
             # The last block of the row finishes it.
             if last[0] != 0:
+                # The race's counters, read now: they arrive while the records and lists do.
+                row_seed[0] = seed[bx]
+                row_offset[0] = offset[bx]
                 best_key[0] = -T.infinity("float32")
                 best_id[0] = -1
                 fin64[0] = T.int64(0)
                 total[0] = 0
                 over[0] = 0
+                # A record a thread, all of it read at once (one L2 round trip); with at most
+                # _THREADS chunks (V <= 2**21) it stays in registers for the normaliser and its
+                # list's length in shared memory for the gather.
                 for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
                     if i * _THREADS + tx < n_chunks:
                         rc = row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64")
-                        if _l2(chunk_i, rc, 1) > 0:
-                            take_if_better(best_key, best_id, _l2(chunk_f, rc, 0), _l2(chunk_i, rc, 0))
-                        fin64[0] += T.cast(_l2(chunk_i, rc, 1), "int64")
-                        total[0] += T.min(_l2(chunk_i, rc, 2), LIST_CAP + 1)
-                        over[0] = T.max(over[0], T.cast(_l2(chunk_i, rc, 2) > LIST_CAP, "int32"))
+                        rec_m[0] = _l2(chunk_f, rc, 0)
+                        rec_sum[0] = _l2(chunk_f, rc, 1)
+                        rec_id[0] = _l2(chunk_i, rc, 0)
+                        rec_fin[0] = _l2(chunk_i, rc, 1)
+                        rec_n[0] = _l2(chunk_i, rc, 2)
+                        if rec_fin[0] > 0:
+                            take_if_better(best_key, best_id, rec_m[0], rec_id[0])
+                        fin64[0] += T.cast(rec_fin[0], "int64")
+                        total[0] += T.min(rec_n[0], LIST_CAP + 1)
+                        over[0] = T.max(over[0], T.cast(rec_n[0] > LIST_CAP, "int32"))
+                        chunk_n[tx] = rec_n[0]
                 T.sync_threads()
                 block_fold(warp, lane, ((fin64, red_fin, _add), (total, red_tot, _add), (over, red_over, T.max)), (best_key, best_id, other_key, other_id, red_key, red_id))
                 row_max[0] = best_key[0]
                 # The normaliser: each chunk's sum rescaled to the row max, in chunk order.
                 wsum[0] = T.float32(0)
-                for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
-                    if i * _THREADS + tx < n_chunks:
-                        rc = row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64")
-                        if _l2(chunk_i, rc, 1) > 0:
-                            wsum[0] += _l2(chunk_f, rc, 1) * T.if_then_else(_l2(chunk_f, rc, 0) == row_max[0], T.float32(1), T.exp(_l2(chunk_f, rc, 0) - row_max[0]))
+                if n_chunks <= _THREADS:
+                    if tx < n_chunks and rec_fin[0] > 0:
+                        wsum[0] = rec_sum[0] * T.if_then_else(rec_m[0] == row_max[0], T.float32(1), T.exp(rec_m[0] - row_max[0]))
+                else:
+                    for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
+                        if i * _THREADS + tx < n_chunks:
+                            rc = row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64")
+                            if _l2(chunk_i, rc, 1) > 0:
+                                wsum[0] += _l2(chunk_f, rc, 1) * T.if_then_else(_l2(chunk_f, rc, 0) == row_max[0], T.float32(1), T.exp(_l2(chunk_f, rc, 0) - row_max[0]))
                 for i in T.unroll(_SHUFFLES):
                     wsum[0] += T.shfl_xor(wsum[0], 1 << i)
                 if lane == 0:
@@ -645,12 +669,12 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 over[0] = fast[0]
                 if over[0] != 0:
                     # The lists into shared memory as s: a warp a chunk, places claimed with one
-                    # atomic. Every lane reads the count, and all of a lane's list reads are issued
-                    # before the first lands (one L2 round trip a chunk, not one a 32 entries).
+                    # atomic. All of a lane's list reads are issued before the first lands (one L2
+                    # round trip a chunk, not one a 32 entries).
                     for i in T.serial(T.ceildiv(n_chunks, _WARPS)):
                         if i * _WARPS + warp < n_chunks:
                             rc = row * T.cast(n_chunks, "int64") + T.cast(i * _WARPS + warp, "int64")
-                            ncand[0] = _l2(chunk_i, rc, 2)
+                            ncand[0] = T.if_then_else(n_chunks <= _THREADS, chunk_n[i * _WARPS + warp], _l2(chunk_i, rc, 2))
                             slot[0] = 0
                             if lane == 0:
                                 slot[0] = T.atomic_add(listed[0], ncand[0], return_prev=True)
@@ -664,7 +688,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                                     r.cand_x[slot[0] + e * _WARP + lane] = gather_s[e]
                                     r.cand_id[slot[0] + e * _WARP + lane] = gather_id[e]
                     T.sync_threads()
-                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, seed, offset, token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
+                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 else:
                     # Lists that could not hold the row: the sampler's passes over the row itself.
                     sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)

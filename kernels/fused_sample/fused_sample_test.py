@@ -369,6 +369,25 @@ def test_device_rows_off_the_fast_path(device, dtype):
 
 
 @pytest.mark.device
+def test_device_more_chunks_than_threads(device):
+    """257 chunks a row (more than the finishing block's threads: its records are read again for
+    the normaliser and its lists' lengths from L2), with short lists (a greedy row, top-k 1) so that
+    the lists, not the row, are finished, and a row with top-k 50 whose lists pass the capacity."""
+    B, V = 3, 2**21 + 8195
+    logits = torch.randn(B, V, device=device) * 3
+    seed, offset = (t.to(device) for t in counters(B))
+    params = (
+        torch.tensor([0.0, 0.7, 0.7], device=device),
+        torch.tensor([0, 1, 50], device=device),
+        torch.tensor([1.0, 1.0, 0.9], device=device),
+        torch.tensor([0.0, 0.0, 0.0], device=device),
+        seed,
+        offset,
+    )
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+
+
+@pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("V", [13, 1001, 8195, 129283], ids=lambda v: f"V{v}")
 def test_device_rows_with_a_ragged_tail(device, dtype, V):
