@@ -75,6 +75,7 @@ import tilelang
 import tilelang.language as T
 
 from kernels.fused_sample.ref import CHUNK, LIST_CAP, check_config, fused_sample_shipped_configs
+from kernels.interface import INT32_MAX
 from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.cuda import (
     _BINS,
@@ -126,7 +127,6 @@ _SPAN_TOP_P = 15.0
 _SLACK = 2.0**-20
 _NAN = float("nan")
 _FLT_MAX = 3.4028234663852886e38
-_INT32_MAX = 2**31 - 1
 # _ordered(-inf): T0 images below it bound nothing.
 _ORDERED_NEG_INF = 0x007FFFFF
 # Bits of T0's image the ballot bisection settles (the rest stay zero: a lower, still valid T0). 16
@@ -154,6 +154,27 @@ def _l2(buf, i, j):
 
 def _add(a, b):
     return a + b
+
+
+def alloc_record() -> types.SimpleNamespace:
+    """Locals for one chunk record (read_record); called inside the kernel scope."""
+    return types.SimpleNamespace(
+        m=T.alloc_local((1,), "float32"),
+        sum=T.alloc_local((1,), "float32"),
+        id=T.alloc_local((1,), "int32"),
+        fin=T.alloc_local((1,), "int32"),
+        n=T.alloc_local((1,), "int32"),
+    )
+
+
+@T.macro
+def read_record(cr, chunk_f, chunk_i, rc):
+    """Record rc into cr, its five fields read at once (one L2 round trip)."""
+    cr.m[0] = _l2(chunk_f, rc, 0)
+    cr.sum[0] = _l2(chunk_f, rc, 1)
+    cr.id[0] = _l2(chunk_i, rc, 0)
+    cr.fin[0] = _l2(chunk_i, rc, 1)
+    cr.n[0] = _l2(chunk_i, rc, 2)
 
 
 @T.macro
@@ -417,13 +438,9 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             img = T.alloc_local((1,), "uint32")
             mask = T.alloc_local((1,), "uint32")
             gather_s = T.alloc_local((_GATHER,), "float32")
-            rec_m = T.alloc_local((1,), "float32")
             row_seed = T.alloc_local((1,), "int64")
             row_offset = T.alloc_local((1,), "int64")
-            rec_sum = T.alloc_local((1,), "float32")
-            rec_id = T.alloc_local((1,), "int32")
-            rec_fin = T.alloc_local((1,), "int32")
-            rec_n = T.alloc_local((1,), "int32")
+            cr = alloc_record()
             chunk_n = T.alloc_shared((_THREADS,), "int32", scope="shared")
             gather_id = T.alloc_local((_GATHER,), "int32")
             ncand = T.alloc_local((1,), "int32")
@@ -450,7 +467,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             base = cx * (CHUNK // vec)
             if tx == 0:
                 listed[0] = 0
-                lowest[0] = T.int32(_INT32_MAX)
+                lowest[0] = T.int32(INT32_MAX)
 
             # 0. The chunk into registers as x (in s; entries past the row stay NaN).
             for p in T.unroll(_PER_THREAD):
@@ -544,10 +561,9 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     T.if_then_else(t0[0] > T.uint32(_ORDERED_NEG_INF), _unordered(t0[0]), -T.infinity("float32")) / d,
                 ),
             )
-            xbound[0] = bound[0] * d
             xbound[0] = T.if_then_else(
                 ordinary,
-                T.max(xbound[0] - T.abs(xbound[0]) * T.float32(_SLACK) - (d + T.float32(1)) * T.float32(_TINY), T.float32(-_FLT_MAX)),
+                T.max(bound[0] * d - T.abs(bound[0] * d) * T.float32(_SLACK) - (d + T.float32(1)) * T.float32(_TINY), T.float32(-_FLT_MAX)),
                 T.float32(-_FLT_MAX),
             )
             mask[0] = T.uint32(0)
@@ -621,32 +637,26 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 # list's length in shared memory for the gather.
                 for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
                     if i * _THREADS + tx < n_chunks:
-                        rc = row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64")
-                        rec_m[0] = _l2(chunk_f, rc, 0)
-                        rec_sum[0] = _l2(chunk_f, rc, 1)
-                        rec_id[0] = _l2(chunk_i, rc, 0)
-                        rec_fin[0] = _l2(chunk_i, rc, 1)
-                        rec_n[0] = _l2(chunk_i, rc, 2)
-                        if rec_fin[0] > 0:
-                            take_if_better(best_key, best_id, rec_m[0], rec_id[0])
-                        fin64[0] += T.cast(rec_fin[0], "int64")
-                        total[0] += T.min(rec_n[0], LIST_CAP + 1)
-                        over[0] = T.max(over[0], T.cast(rec_n[0] > LIST_CAP, "int32"))
-                        chunk_n[tx] = rec_n[0]
+                        read_record(cr, chunk_f, chunk_i, row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64"))
+                        if cr.fin[0] > 0:
+                            take_if_better(best_key, best_id, cr.m[0], cr.id[0])
+                        fin64[0] += T.cast(cr.fin[0], "int64")
+                        total[0] += T.min(cr.n[0], LIST_CAP + 1)
+                        over[0] = T.max(over[0], T.cast(cr.n[0] > LIST_CAP, "int32"))
+                        chunk_n[tx] = cr.n[0]
                 T.sync_threads()
                 block_fold(warp, lane, ((fin64, red_fin, _add), (total, red_tot, _add), (over, red_over, T.max)), (best_key, best_id, other_key, other_id, red_key, red_id))
                 row_max[0] = best_key[0]
-                # The normaliser: each chunk's sum rescaled to the row max, in chunk order.
+                # The normaliser: each chunk's sum rescaled to the row max, in chunk order. With
+                # more than _THREADS chunks a thread's registers hold its last record only: the
+                # records are read again.
                 wsum[0] = T.float32(0)
-                if n_chunks <= _THREADS:
-                    if tx < n_chunks and rec_fin[0] > 0:
-                        wsum[0] = rec_sum[0] * T.if_then_else(rec_m[0] == row_max[0], T.float32(1), T.exp(rec_m[0] - row_max[0]))
-                else:
-                    for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
-                        if i * _THREADS + tx < n_chunks:
-                            rc = row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64")
-                            if _l2(chunk_i, rc, 1) > 0:
-                                wsum[0] += _l2(chunk_f, rc, 1) * T.if_then_else(_l2(chunk_f, rc, 0) == row_max[0], T.float32(1), T.exp(_l2(chunk_f, rc, 0) - row_max[0]))
+                for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
+                    if i * _THREADS + tx < n_chunks:
+                        if n_chunks > _THREADS:
+                            read_record(cr, chunk_f, chunk_i, row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64"))
+                        if cr.fin[0] > 0:
+                            wsum[0] += cr.sum[0] * T.if_then_else(cr.m[0] == row_max[0], T.float32(1), T.exp(cr.m[0] - row_max[0]))
                 for i in T.unroll(_SHUFFLES):
                     wsum[0] += T.shfl_xor(wsum[0], 1 << i)
                 if lane == 0:
