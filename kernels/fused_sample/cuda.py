@@ -141,6 +141,8 @@ _ORDINARY_D = 2.0**-60
 # and of bound * d (2**-150).
 _TINY = 2.0**-126
 _LOG2E = 1.4426950408889634
+# Survivors top_p_by_ranks reads a step.
+_RANK_UNROLL = 4
 # radix_select's passes (a Python tuple: unrolled as it is built): index, digit shift, mask of the
 # digits above.
 _RADIX_PASSES = tuple((d, 24 - 8 * d, ((1 << (8 * d)) - 1) << (32 - 8 * d)) for d in range(4))
@@ -214,17 +216,65 @@ def block_fold(warp, lane, extras, argmax=None):
 
 
 @T.macro
-def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
-    """sel[0] <- the largest uint32 key u whose candidates (r.cand_x holds s, n of them) with key >= u
-    weigh at least the target, by four 8-bit radix passes (one bin a thread, _THREADS == _BINS).
-    weighted False: key = image of s, weight 1, target sel[2] (k): u is the k-th largest s's image.
-    weighted True: over the top-k survivors (s >= tau_k), key = bits of w = expf(s - m), weight
-    q = floor(w * 2**20), target ceil(p20 * Q / 2**20) with Q their total mass (found by the first
-    pass): u is tau_p's bits. Weights are exact integers, so the order of the atomics is free.
-    hist: shared uint32 (_BINS,) (native shared atomics: 64-bit ones spin on compare-and-swap,
-    and the leading digits crowd a few bins); sel: shared int64 (4,), the prefix and remaining
-    target, double-buffered by pass parity."""
-    peers = T.alloc_local((1,), "uint32")
+def top_k_threshold(r, hist, sel, tx, warp, lane, n, k, lo, span, tau_k):
+    """tau_k[0] <- a float32 whose kept set {s >= tau_k} among the n candidates (r.cand_x: s) is
+    top-k's (the k largest s and every tie of the k-th): the image (_ordered) of the k-th largest s
+    with its digits below the last pass cleared. Radix passes over v = image - lo, with lo the
+    smallest candidate's image and span the largest v: 8-bit digits from the highest set bit of span
+    down (one bin a thread, _THREADS == _BINS), ending as soon as the threshold's bin is taken whole.
+    Real-valued logits spread over the first digit's bins, so most rows end after one or two passes,
+    where digits of the whole image put a row's candidates in one or two bins of the first pass.
+    Counts are exact integers, so the order of the atomics is free. hist: shared uint32 (_BINS,);
+    sel: shared int64 (4,), the prefix of v and the count still needed, double-buffered by pass
+    parity (0 needed: the passes end)."""
+    # Every v fits in sh + 8 bits.
+    sh = T.max(T.int64(24) - T.cast(T.clz(span), "int64"), T.int64(0))
+    done = T.alloc_local((1,), "int32")
+    if tx == 0:
+        sel[0] = T.int64(0)
+        sel[2] = k
+    done[0] = 0
+    for d in T.serial(4):
+        if done[0] == 0:
+            # The digit's bits: [shift, upper); the keys in play match the prefix from upper up.
+            upper = T.if_then_else(d == 0, sh + T.int64(8), T.max(sh - T.int64(8) * T.cast(d - 1, "int64"), T.int64(0)))
+            shift = T.max(sh - T.int64(8) * T.cast(d, "int64"), T.int64(0))
+            hist[tx] = T.uint32(0)
+            T.sync_threads()
+            prefix = sel[d % 2]
+            for i in T.serial(T.ceildiv(n, _THREADS)):
+                if i * _THREADS + tx < n:
+                    r.bits[0] = _ordered(r.cand_x[i * _THREADS + tx]) - lo
+                    if T.cast(r.bits[0], "int64") >> upper == prefix >> upper:
+                        T.atomic_add(hist[T.cast((T.cast(r.bits[0], "int64") >> shift) & ((T.int64(1) << (upper - shift)) - T.int64(1)), "int32")], T.uint32(1))
+            T.sync_threads()
+            # Bins from the top: thread tx scans bin 255 - tx, so incl counts the keys at or above it.
+            r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
+            scan_bins(r.incl, r.count, lane, warp, r.scan_total)
+            T.sync_threads()
+            for j in T.unroll(_WARPS - 1):
+                if j < warp:
+                    r.incl[0] += r.scan_total[j]
+            need = sel[2 + d % 2]
+            if r.incl[0] - r.count[0] < need and need <= r.incl[0]:
+                sel[(d + 1) % 2] = prefix | (T.cast(_BINS - 1 - tx, "int64") << shift)
+                # The bin taken whole, or every digit resolved: nothing left to count.
+                sel[2 + (d + 1) % 2] = T.if_then_else(need - (r.incl[0] - r.count[0]) == r.count[0] or shift == T.int64(0), T.int64(0), need - (r.incl[0] - r.count[0]))
+            T.sync_threads()
+            if sel[2 + (d + 1) % 2] == T.int64(0):
+                done[0] = 1
+                tau_k[0] = _unordered(T.cast(sel[(d + 1) % 2], "uint32") + lo)
+
+
+@T.macro
+def radix_select(r, hist, sel, tx, warp, lane, n, tau_k, m, p20):
+    """sel[0] <- tau_p's bits over top-k's survivors among the n candidates (r.cand_x holds s; s >=
+    tau_k survive): the largest uint32 key u whose survivors with key >= u weigh at least ceil(p20 *
+    Q / 2**20), with key = bits of w = expf(s - m), weight q = floor(w * 2**20) and Q their total
+    mass (found by the first pass), by four 8-bit radix passes (one bin a thread, _THREADS ==
+    _BINS). Weights are exact integers, so the order of the atomics is free. hist: shared uint32
+    (_BINS,) (native shared atomics: 64-bit ones spin on compare-and-swap); sel: shared int64 (4,),
+    the prefix and remaining target, double-buffered by pass parity."""
     for d, shift, mask in _RADIX_PASSES:
         hist[tx] = T.uint32(0)
         T.sync_threads()
@@ -232,20 +282,11 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
         for i in T.serial(T.ceildiv(n, _THREADS)):
             if i * _THREADS + tx < n:
                 sv = r.cand_x[i * _THREADS + tx]
-                if weighted:
-                    if sv >= tau_k:
-                        r.w[0] = T.exp(T.if_then_else(sv == m, T.float32(0), sv - m))
-                        r.bits[0] = T.reinterpret("uint32", r.w[0])
-                        if (r.bits[0] & T.uint32(mask)) == prefix:
-                            T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
-                else:
-                    r.bits[0] = _ordered(sv)
+                if sv >= tau_k:
+                    r.w[0] = T.exp(T.if_then_else(sv == m, T.float32(0), sv - m))
+                    r.bits[0] = T.reinterpret("uint32", r.w[0])
                     if (r.bits[0] & T.uint32(mask)) == prefix:
-                        # One atomic per digit a warp: the leading digits crowd a bin or two.
-                        r.digit[0] = T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")
-                        peers[0] = T.call_extern("uint32", "__match_any_sync", T.call_extern("uint32", "__activemask"), r.digit[0])
-                        if T.cast(lane, "uint32") == T.call_extern("uint32", "__ffs", peers[0]) - T.uint32(1):
-                            T.atomic_add(hist[r.digit[0]], T.cast(T.popcount(peers[0]), "uint32"))
+                        T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
         T.sync_threads()
         # Bins from the top: thread tx scans bin 255 - tx, so incl is the weight at or above it.
         r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
@@ -254,7 +295,7 @@ def radix_select(r, hist, sel, tx, warp, lane, n, weighted, tau_k, m, p20):
         for j in T.unroll(_WARPS - 1):
             if j < warp:
                 r.incl[0] += r.scan_total[j]
-        if weighted and d == 0:
+        if d == 0:
             if tx == _THREADS - 1:
                 # incl of the lowest bin: Q, the survivors' whole mass.
                 sel[2] = (p20 * r.incl[0] + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS)
@@ -269,27 +310,29 @@ def alloc_top_p() -> types.SimpleNamespace:
     """The buffers of top_p_by_ranks (called inside the kernel scope; red is the caller's)."""
     return types.SimpleNamespace(
         w=T.alloc_shared((_THREADS,), "float32", scope="shared"),
+        id=T.alloc_shared((_THREADS,), "int32", scope="shared"),
         n=T.alloc_shared((1,), "int32", scope="shared"),
         count=T.alloc_local((1,), "int32"),
         mine=T.alloc_local((1,), "float32"),
-        q=T.alloc_local((1,), "int64"),
-        mass=T.alloc_local((1,), "int64"),
-        total=T.alloc_local((1,), "int64"),
+        q=T.alloc_local((1,), "int32"),
+        mass=T.alloc_local((1,), "int32"),
+        total=T.alloc_local((1,), "int32"),
         key=T.alloc_local((1,), "uint32"),
     )
 
 
 @T.macro
 def top_k_survivors(r, tp, tx, n, tau_k, m):
-    """The w = expf(s - m) of the candidates with s >= tau_k (top-k's survivors; radix_select's
-    weighted pass takes the same set and w) into tp.w, the first _THREADS of them; tp.n counts them
-    all (zero before)."""
+    """The w = expf(s - m) and ids of the candidates with s >= tau_k (top-k's survivors; radix_select's
+    weighted pass and the race take the same set and w) into tp.w and tp.id, the first _THREADS of
+    them; tp.n counts them all (zero before)."""
     for i in T.serial(T.ceildiv(n, _THREADS)):
         if i * _THREADS + tx < n:
             if r.cand_x[i * _THREADS + tx] >= tau_k:
                 r.slot[0] = T.atomic_add(tp.n[0], 1, return_prev=True)
                 if r.slot[0] < _THREADS:
                     tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+                    tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
 
 
 @T.macro
@@ -298,17 +341,20 @@ def top_p_by_ranks(tp, red, tx, warp, lane, p20, tau_p):
     give it, in one pass and one barrier: thread j sums M_j, the q-mass (q = floor(w * 2**20)) of
     the survivors with w >= w_j, and Q, all of it; tau_p is the largest w_j with M_j >= ceil(p20 *
     Q / 2**20). The mass at or above a threshold changes only at the survivors' w, so the largest
-    threshold that keeps the target is one of them. red: shared uint32 (_WARPS,)."""
+    threshold that keeps the target is one of them. red: shared uint32 (_WARPS,). The masses sum
+    at most _THREADS q <= 2**20 each: int32 holds them."""
     tp.mine[0] = T.if_then_else(tx < tp.count[0], tp.w[tx], T.float32(0))
-    tp.mass[0] = T.int64(0)
-    tp.total[0] = T.int64(0)
-    for i in T.serial(tp.count[0]):
-        tp.q[0] = T.cast(T.cast(tp.w[i] * T.float32(1 << MASS_BITS), "uint32"), "int64")
-        tp.total[0] += tp.q[0]
-        if tp.w[i] >= tp.mine[0]:
-            tp.mass[0] += tp.q[0]
+    tp.mass[0] = 0
+    tp.total[0] = 0
+    # _RANK_UNROLL survivors a step: their shared reads in flight together.
+    for i in T.serial(T.ceildiv(tp.count[0], _RANK_UNROLL)):
+        for u in T.unroll(_RANK_UNROLL):
+            if i * _RANK_UNROLL + u < tp.count[0]:
+                tp.q[0] = T.cast(tp.w[i * _RANK_UNROLL + u] * T.float32(1 << MASS_BITS), "int32")
+                tp.total[0] += tp.q[0]
+                tp.mass[0] += T.if_then_else(tp.w[i * _RANK_UNROLL + u] >= tp.mine[0], tp.q[0], 0)
     tp.key[0] = T.if_then_else(
-        tx < tp.count[0] and tp.mass[0] >= (p20 * tp.total[0] + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS),
+        tx < tp.count[0] and T.cast(tp.mass[0], "int64") >= (p20 * T.cast(tp.total[0], "int64") + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS),
         T.reinterpret("uint32", tp.mine[0]),
         T.uint32(0),
     )
@@ -317,47 +363,54 @@ def top_p_by_ranks(tp, red, tx, warp, lane, p20, tau_p):
 
 
 @T.macro
-def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, row_seed, row_offset, token, logprob, empty, n, m, norm, best_key, best_id, other_key, other_id, red_key, red_id):
-    """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids), after decide_max left
-    the mode and filters in r.st / r.sf: top-k's threshold by radix_select, top-p's by
-    top_p_by_ranks over top-k's survivors when at most _THREADS survive (else radix_select), min-p,
-    then the race among the kept (the sampler's phases 1-9, over the lists only). tp.n is zero
-    before; row_seed and row_offset are the row's counters (values)."""
+def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, row_seed, row_offset, token, logprob, empty, n, m, lo, norm, best_key, best_id, other_key, other_id, red_key, red_id):
+    """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids; lo: the smallest
+    candidate's image), after decide_max left the mode and filters in r.st / r.sf: top-k's
+    threshold by top_k_threshold, top-p's by top_p_by_ranks over top-k's survivors when at most
+    _THREADS survive (else radix_select), min-p, then the race among the kept (the sampler's phases
+    1-9, over the lists only). tp.n is zero before; row_seed and row_offset are the row's counters
+    (values)."""
     mode = r.st[_ST_MODE]
     tau_k = T.alloc_local((1,), "float32")
     tau_p = T.alloc_local((1,), "float32")
     tau_k[0] = -T.infinity("float32")
     tau_p[0] = r.sf[_SF_TAU_P]
+    # More than _THREADS: the survivors are not listed in tp.
+    tp.count[0] = _THREADS + 1
     if mode == T.int64(_SAMPLED):
         if r.st[_ST_TOP_K_ON] != 0:
-            if tx == 0:
-                sel[0] = T.int64(0)
-                sel[2] = r.st[_ST_REMAIN]
-            radix_select(r, hist, sel, tx, warp, lane, n, False, tau_k[0], m, T.int64(0))
-            tau_k[0] = _unordered(T.cast(sel[0], "uint32"))
-        if r.st[_ST_TOP_P_ON] != 0:
+            top_k_threshold(r, hist, sel, tx, warp, lane, n, r.st[_ST_REMAIN], lo, _ordered(m) - lo, tau_k)
+        if r.st[_ST_TOP_K_ON] != 0 or r.st[_ST_TOP_P_ON] != 0:
             top_k_survivors(r, tp, tx, n, tau_k[0], m)
             T.sync_threads()
             # Through a local: a loop bound read from shared memory defeats the barrier planner.
             tp.count[0] = tp.n[0]
+        if r.st[_ST_TOP_P_ON] != 0:
             if tp.count[0] <= _THREADS:
                 top_p_by_ranks(tp, red_u, tx, warp, lane, r.st[_ST_P20], tau_p)
             else:
                 if tx == 0:
                     sel[0] = T.int64(0)
-                radix_select(r, hist, sel, tx, warp, lane, n, True, tau_k[0], m, r.st[_ST_P20])
+                radix_select(r, hist, sel, tx, warp, lane, n, tau_k[0], m, r.st[_ST_P20])
                 tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
     noise_row_keys(row_seed, row_offset, r.keys)
     best_key[0] = -T.infinity("float32")
     best_id[0] = -1
-    for i in T.serial(T.ceildiv(n, _THREADS) * T.cast(mode == T.int64(_SAMPLED), "int32")):
-        if i * _THREADS + tx < n:
-            if r.cand_x[i * _THREADS + tx] >= tau_k[0]:
-                r.w[0] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
-                if r.w[0] >= tau_p[0] and r.w[0] >= r.sf[_SF_MIN_P]:
-                    noise_bits(r.cand_id[i * _THREADS + tx], r.keys, r.h)
-                    take_if_better(best_key, best_id, r.w[0] / exponential_noise(r.h), r.cand_id[i * _THREADS + tx])
+    if tp.count[0] <= _THREADS:
+        # Over the listed survivors, one a thread (mode is _SAMPLED here).
+        if tx < tp.count[0]:
+            if tp.w[tx] >= tau_p[0] and tp.w[tx] >= r.sf[_SF_MIN_P]:
+                noise_bits(tp.id[tx], r.keys, r.h)
+                take_if_better(best_key, best_id, tp.w[tx] / exponential_noise(r.h), tp.id[tx])
+    else:
+        for i in T.serial(T.ceildiv(n, _THREADS) * T.cast(mode == T.int64(_SAMPLED), "int32")):
+            if i * _THREADS + tx < n:
+                if r.cand_x[i * _THREADS + tx] >= tau_k[0]:
+                    r.w[0] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+                    if r.w[0] >= tau_p[0] and r.w[0] >= r.sf[_SF_MIN_P]:
+                        noise_bits(r.cand_id[i * _THREADS + tx], r.keys, r.h)
+                        take_if_better(best_key, best_id, r.w[0] / exponential_noise(r.h), r.cand_id[i * _THREADS + tx])
     T.sync_threads()
     block_fold(warp, lane, (), (best_key, best_id, other_key, other_id, red_key, red_id))
     if tx == 0 and mode != T.int64(_DONE):
@@ -451,6 +504,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             dl = T.alloc_local((1,), "float32")
             c2 = T.alloc_local((1,), "float32")
             lowest = T.alloc_shared((1,), "int32", scope="shared")
+            lo_img = T.alloc_shared((1,), "uint32", scope="shared")
+            img_lo = T.alloc_local((1,), "uint32")
             r = alloc_row(dtype, vec, _THREADS, _MERGE_CAP)
             tp = alloc_top_p()
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
@@ -672,6 +727,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         norm[0] += red_sum[w]
                     fast[0] = T.cast(over[0] == 0 and total[0] <= _MERGE_CAP, "int32")
                     listed[0] = 0
+                    lo_img[0] = T.uint32(0xFFFFFFFF)
                     tp.n[0] = 0
                     decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                 T.sync_threads()
@@ -680,7 +736,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 if over[0] != 0:
                     # The lists into shared memory as s: a warp a chunk, places claimed with one
                     # atomic. All of a lane's list reads are issued before the first lands (one L2
-                    # round trip a chunk, not one a 32 entries).
+                    # round trip a chunk, not one a 32 entries). The smallest image of s goes to lo_img.
+                    img_lo[0] = T.uint32(0xFFFFFFFF)
                     for i in T.serial(T.ceildiv(n_chunks, _WARPS)):
                         if i * _WARPS + warp < n_chunks:
                             rc = row * T.cast(n_chunks, "int64") + T.cast(i * _WARPS + warp, "int64")
@@ -697,8 +754,14 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                                 if e * _WARP + lane < ncand[0]:
                                     r.cand_x[slot[0] + e * _WARP + lane] = gather_s[e]
                                     r.cand_id[slot[0] + e * _WARP + lane] = gather_id[e]
+                                    img_lo[0] = T.min(img_lo[0], _ordered(gather_s[e]))
+                    for i in T.unroll(_SHUFFLES):
+                        img_lo[0] = T.min(img_lo[0], T.shfl_xor(img_lo[0], 1 << i))
+                    if lane == 0:
+                        T.atomic_min(lo_img[0], img_lo[0])
                     T.sync_threads()
-                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
+                    img_lo[0] = lo_img[0]
+                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 else:
                     # Lists that could not hold the row: the sampler's passes over the row itself.
                     sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
