@@ -158,6 +158,20 @@ def _add(a, b):
     return a + b
 
 
+def _lowest_bit(word):
+    """Index of the lowest set bit of a nonzero uint32."""
+    return 31 - T.cast(T.clz(word & (T.uint32(0) - word)), "int32")
+
+
+def _pick(regs, p, first, n):
+    """regs[p] for a run-time p in [first, first + n), n a power of two: a tree of selects on p's
+    bits (registers cannot be indexed at run time, and a local array indexed so lives in memory)."""
+    if n == 1:
+        return regs[first]
+    half = n // 2
+    return T.if_then_else((p & half) != 0, _pick(regs, p, first + half, half), _pick(regs, p, first, half))
+
+
 def alloc_record() -> types.SimpleNamespace:
     """Locals for one chunk record (read_record); called inside the kernel scope."""
     return types.SimpleNamespace(
@@ -490,6 +504,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             xbound = T.alloc_local((1,), "float32")
             img = T.alloc_local((1,), "uint32")
             mask = T.alloc_local((1,), "uint32")
+            pre = T.alloc_local((1,), "uint32")
+            pos = T.alloc_local((1,), "int32")
             gather_s = T.alloc_local((_GATHER,), "float32")
             row_seed = T.alloc_local((1,), "int64")
             row_offset = T.alloc_local((1,), "int64")
@@ -621,20 +637,36 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 T.max(bound[0] * d - T.abs(bound[0] * d) * T.float32(_SLACK) - (d + T.float32(1)) * T.float32(_TINY), T.float32(-_FLT_MAX)),
                 T.float32(-_FLT_MAX),
             )
+            # Bit p of mask marks entry p a candidate; s[p] keeps x (the list takes x / d again).
             mask[0] = T.uint32(0)
             ncand[0] = 0
-            for j in T.unroll(loads):
-                for e in T.unroll(vec):
-                    # False for NaN and -inf (xbound is finite).
-                    if s[j * vec + e] >= xbound[0]:
-                        sv[0] = s[j * vec + e] / d
-                        if sv[0] == m:
-                            T.atomic_min(lowest[0], entry_id(base, j, e, tx))
-                        if sv[0] >= bound[0]:
-                            # Its register takes s (x is not read again).
-                            s[j * vec + e] = sv[0]
-                            mask[0] = mask[0] | (T.uint32(1) << T.cast(j * vec + e, "uint32"))
-                            ncand[0] += 1
+            if ordinary:
+                # The entries reaching xbound, found branch-free, then only those, one at a time: a
+                # chunk lists about 1% of its entries, and a branch an entry cost the warp every
+                # branch any of its lanes took.
+                pre[0] = T.uint32(0)
+                for p in T.unroll(_PER_THREAD):
+                    pre[0] = pre[0] | T.if_then_else(s[p] >= xbound[0], T.uint32(1) << T.uint32(p), T.uint32(0))
+                while pre[0] != T.uint32(0):
+                    pos[0] = _lowest_bit(pre[0])
+                    pre[0] = pre[0] & (pre[0] - T.uint32(1))
+                    sv[0] = _pick(s, pos[0], 0, _PER_THREAD) / d
+                    if sv[0] == m:
+                        T.atomic_min(lowest[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx))
+                    if sv[0] >= bound[0]:
+                        mask[0] = mask[0] | (T.uint32(1) << T.cast(pos[0], "uint32"))
+                        ncand[0] += 1
+            else:
+                for j in T.unroll(loads):
+                    for e in T.unroll(vec):
+                        # False for NaN and -inf (xbound is finite).
+                        if s[j * vec + e] >= xbound[0]:
+                            sv[0] = s[j * vec + e] / d
+                            if sv[0] == m:
+                                T.atomic_min(lowest[0], entry_id(base, j, e, tx))
+                            if sv[0] >= bound[0]:
+                                mask[0] = mask[0] | (T.uint32(1) << T.cast(j * vec + e, "uint32"))
+                                ncand[0] += 1
             # Places in the list: a scan of the counts over the warp, one atomic a warp.
             slot[0] = ncand[0]
             for i in T.unroll(_SHUFFLES):
@@ -645,13 +677,13 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             if lane == _WARP - 1:
                 up[0] = T.atomic_add(listed[0], slot[0], return_prev=True)
             slot[0] = T.shfl_sync(up[0], _WARP - 1) + slot[0] - ncand[0]
-            for j in T.unroll(loads):
-                for e in T.unroll(vec):
-                    if (mask[0] >> T.cast(j * vec + e, "uint32")) & T.uint32(1) != T.uint32(0):
-                        if slot[0] < LIST_CAP:
-                            list_s[rec, slot[0]] = s[j * vec + e]
-                            list_id[rec, slot[0]] = entry_id(base, j, e, tx)
-                        slot[0] += 1
+            while mask[0] != T.uint32(0):
+                pos[0] = _lowest_bit(mask[0])
+                mask[0] = mask[0] & (mask[0] - T.uint32(1))
+                if slot[0] < LIST_CAP:
+                    list_s[rec, slot[0]] = _pick(s, pos[0], 0, _PER_THREAD) / d
+                    list_id[rec, slot[0]] = entry_id(base, pos[0] // vec, pos[0] % vec, tx)
+                slot[0] += 1
             for i in T.unroll(_SHUFFLES):
                 wsum[0] += T.shfl_xor(wsum[0], 1 << i)
             if lane == 0:
@@ -729,7 +761,6 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                     listed[0] = 0
                     lo_img[0] = T.uint32(0xFFFFFFFF)
                     tp.n[0] = 0
-                    decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                 T.sync_threads()
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
                 over[0] = fast[0]
@@ -759,6 +790,10 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         img_lo[0] = T.min(img_lo[0], T.shfl_xor(img_lo[0], 1 << i))
                     if lane == 0:
                         T.atomic_min(lo_img[0], img_lo[0])
+                    if tx == 0:
+                        # The row's mode and filters (and the outputs of empty and +inf rows), while
+                        # the other warps' list reads are in flight. sample_row settles its own.
+                        decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                     T.sync_threads()
                     img_lo[0] = lo_img[0]
                     finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
