@@ -45,25 +45,30 @@ decreases as x grows, so the chunk's max of s is its max of x divided, m = max x
                           1 - logf(min_p) with min-p on, else 22 (w / E with w < 3.6e-9 never beats
                           the max's key 1 / E >= 1 / 16.64).
      On ordinary chunks only entries with x >= the bound times d, loosened past the rounding of
-     x / d, are divided; the lowest id with s == m is a shared atomic min over them (every entry
-     with s == m is a candidate). Each lane counts its candidates, a warp scan places them and one
-     shared atomic a warp claims the places.
+     x / d, are divided: a bit mask marks them branch-free and a lane visits only its marked
+     entries (a register picked by a tree of selects), so a warp does not step through a
+     divergent branch for every entry some lane lists. The lowest id with s == m is a shared
+     atomic min over them (every entry with s == m is a candidate). Each lane counts its
+     candidates, a warp scan places them and one shared atomic a warp claims the places.
   4. The chunk's record; then a block barrier and thread 0's acquire-release add on arrivals[b] (no
      fences: the barrier orders the block's writes before that release, as in CUTLASS's grid
      barriers).
 The block that arrives last resets the counter and finishes the row, reading the others' records
 and lists through L2 (__ldcg: L1 is not coherent across SMs). It folds the n records (row max,
-lowest id, finite count, normaliser), settles the row with the sampler's decide_max (empty and
-+inf rows end there), gathers the lists into shared memory (at most _MERGE_CAP entries) and takes
-top-k's threshold over them exactly by radix_select (four 8-bit passes of integer counts) and
-top-p's over top-k's survivors by ranks when at most _THREADS survive (top_p_by_ranks, one pass),
-else by radix_select (integer masses), then races the kept entries (finish_from_lists). A row whose
+lowest id, finite count, normaliser), gathers the lists into shared memory (at most _MERGE_CAP
+entries; each warp reads up to _GATHER_CHUNKS lists at once) while thread 0 settles the row with
+the sampler's decide_max (empty and +inf rows end there), and takes top-k's threshold over them
+exactly (top_k_threshold: 8-bit radix passes of integer counts over the images less the smallest,
+from the highest bit of their span, ending once the threshold's bin is taken whole), lists
+top-k's survivors (w and id), takes top-p's threshold over them by ranks when at most _THREADS
+survive (top_p_by_ranks, one pass), else by radix_select (integer masses), then races the kept
+entries, over the listed survivors when there are at most _THREADS (finish_from_lists). A row whose
 lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER
 on a large row, finite logits whose s all underflow) is finished by the same block with the
 sampler's passes over the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
-26.3 us at B = 1, 96.7 us at B = 128, 319.2 us at B = 512 (the sampler's kernel: 247 / 274 / 1083
+19.8 us at B = 1, 84.2 us at B = 128, 282.2 us at B = 512 (the sampler's kernel: 248 / 275 / 1089
 us in the same run).
 """
 
@@ -117,6 +122,9 @@ _PER_THREAD = CHUNK // _THREADS
 _MERGE_CAP = 4095
 # List entries a lane of the gathering warp holds: a whole list (at most LIST_CAP) a warp.
 _GATHER = LIST_CAP // _WARP
+# Chunks a warp gathers at once: 3 x 8 warps cover the 16-19 chunks of the models' vocabularies in
+# one round trip.
+_GATHER_CHUNKS = 3
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -336,17 +344,21 @@ def alloc_top_p() -> types.SimpleNamespace:
 
 
 @T.macro
-def top_k_survivors(r, tp, tx, n, tau_k, m):
+def top_k_survivors(r, tp, tx, lane, n, tau_k, m):
     """The w = expf(s - m) and ids of the candidates with s >= tau_k (top-k's survivors; radix_select's
     weighted pass and the race take the same set and w) into tp.w and tp.id, the first _THREADS of
-    them; tp.n counts them all (zero before)."""
+    them; tp.n counts them all (zero before). A ballot places a warp's survivors, one atomic a warp."""
     for i in T.serial(T.ceildiv(n, _THREADS)):
-        if i * _THREADS + tx < n:
-            if r.cand_x[i * _THREADS + tx] >= tau_k:
-                r.slot[0] = T.atomic_add(tp.n[0], 1, return_prev=True)
-                if r.slot[0] < _THREADS:
-                    tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
-                    tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
+        r.digit[0] = T.cast(i * _THREADS + tx < n and r.cand_x[T.min(i * _THREADS + tx, n - 1)] >= tau_k, "int32")
+        r.bits[0] = T.cast(T.ballot_sync(r.digit[0] != 0), "uint32")
+        if r.bits[0] != T.uint32(0):
+            r.slot[0] = 0
+            if lane == 0:
+                r.slot[0] = T.atomic_add(tp.n[0], T.cast(T.popcount(r.bits[0]), "int32"), return_prev=True)
+            r.slot[0] = T.shfl_sync(r.slot[0], 0) + T.cast(T.popcount(r.bits[0] & ((T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1))), "int32")
+            if r.digit[0] != 0 and r.slot[0] < _THREADS:
+                tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+                tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
 
 
 @T.macro
@@ -395,7 +407,7 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
         if r.st[_ST_TOP_K_ON] != 0:
             top_k_threshold(r, hist, sel, tx, warp, lane, n, r.st[_ST_REMAIN], lo, _ordered(m) - lo, tau_k)
         if r.st[_ST_TOP_K_ON] != 0 or r.st[_ST_TOP_P_ON] != 0:
-            top_k_survivors(r, tp, tx, n, tau_k[0], m)
+            top_k_survivors(r, tp, tx, lane, n, tau_k[0], m)
             T.sync_threads()
             # Through a local: a loop bound read from shared memory defeats the barrier planner.
             tp.count[0] = tp.n[0]
@@ -506,12 +518,14 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             mask = T.alloc_local((1,), "uint32")
             pre = T.alloc_local((1,), "uint32")
             pos = T.alloc_local((1,), "int32")
-            gather_s = T.alloc_local((_GATHER,), "float32")
+            gather_s = T.alloc_local((_GATHER_CHUNKS * _GATHER,), "float32")
+            gather_n = T.alloc_local((_GATHER_CHUNKS,), "int32")
+            gather_at = T.alloc_local((_GATHER_CHUNKS,), "int32")
             row_seed = T.alloc_local((1,), "int64")
             row_offset = T.alloc_local((1,), "int64")
             cr = alloc_record()
             chunk_n = T.alloc_shared((_THREADS,), "int32", scope="shared")
-            gather_id = T.alloc_local((_GATHER,), "int32")
+            gather_id = T.alloc_local((_GATHER_CHUNKS * _GATHER,), "int32")
             ncand = T.alloc_local((1,), "int32")
             up = T.alloc_local((1,), "int32")
             xmax = T.alloc_local((1,), "float32")
@@ -765,27 +779,31 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
                 over[0] = fast[0]
                 if over[0] != 0:
-                    # The lists into shared memory as s: a warp a chunk, places claimed with one
-                    # atomic. All of a lane's list reads are issued before the first lands (one L2
-                    # round trip a chunk, not one a 32 entries). The smallest image of s goes to lo_img.
+                    # The lists into shared memory as s: a warp a chunk, _GATHER_CHUNKS chunks a
+                    # warp at once, places claimed with one atomic a chunk. All of a lane's list
+                    # reads are issued before the first lands (one L2 round trip for up to
+                    # _GATHER_CHUNKS * _WARPS chunks). The smallest image of s goes to lo_img.
                     img_lo[0] = T.uint32(0xFFFFFFFF)
-                    for i in T.serial(T.ceildiv(n_chunks, _WARPS)):
-                        if i * _WARPS + warp < n_chunks:
-                            rc = row * T.cast(n_chunks, "int64") + T.cast(i * _WARPS + warp, "int64")
-                            ncand[0] = T.if_then_else(n_chunks <= _THREADS, chunk_n[i * _WARPS + warp], _l2(chunk_i, rc, 2))
-                            slot[0] = 0
-                            if lane == 0:
-                                slot[0] = T.atomic_add(listed[0], ncand[0], return_prev=True)
+                    for i in T.serial(T.ceildiv(n_chunks, _GATHER_CHUNKS * _WARPS)):
+                        for c in T.unroll(_GATHER_CHUNKS):
+                            gather_n[c] = 0
+                            if (i * _GATHER_CHUNKS + c) * _WARPS + warp < n_chunks:
+                                rc = row * T.cast(n_chunks, "int64") + T.cast((i * _GATHER_CHUNKS + c) * _WARPS + warp, "int64")
+                                gather_n[c] = T.if_then_else(n_chunks <= _THREADS, chunk_n[(i * _GATHER_CHUNKS + c) * _WARPS + warp], _l2(chunk_i, rc, 2))
+                                gather_at[c] = 0
+                                if lane == 0:
+                                    gather_at[c] = T.atomic_add(listed[0], gather_n[c], return_prev=True)
+                                for e in T.unroll(_GATHER):
+                                    if e * _WARP + lane < gather_n[c]:
+                                        gather_s[c * _GATHER + e] = _l2(list_s, rc, e * _WARP + lane)
+                                        gather_id[c * _GATHER + e] = _l2(list_id, rc, e * _WARP + lane)
+                        for c in T.unroll(_GATHER_CHUNKS):
+                            gather_at[c] = T.shfl_sync(gather_at[c], 0)
                             for e in T.unroll(_GATHER):
-                                if e * _WARP + lane < ncand[0]:
-                                    gather_s[e] = _l2(list_s, rc, e * _WARP + lane)
-                                    gather_id[e] = _l2(list_id, rc, e * _WARP + lane)
-                            slot[0] = T.shfl_sync(slot[0], 0)
-                            for e in T.unroll(_GATHER):
-                                if e * _WARP + lane < ncand[0]:
-                                    r.cand_x[slot[0] + e * _WARP + lane] = gather_s[e]
-                                    r.cand_id[slot[0] + e * _WARP + lane] = gather_id[e]
-                                    img_lo[0] = T.min(img_lo[0], _ordered(gather_s[e]))
+                                if e * _WARP + lane < gather_n[c]:
+                                    r.cand_x[gather_at[c] + e * _WARP + lane] = gather_s[c * _GATHER + e]
+                                    r.cand_id[gather_at[c] + e * _WARP + lane] = gather_id[c * _GATHER + e]
+                                    img_lo[0] = T.min(img_lo[0], _ordered(gather_s[c * _GATHER + e]))
                     for i in T.unroll(_SHUFFLES):
                         img_lo[0] = T.min(img_lo[0], T.shfl_xor(img_lo[0], 1 << i))
                     if lane == 0:
