@@ -348,15 +348,17 @@ def top_k_survivors(r, tp, tx, lane, n, tau_k, m):
     """The w = expf(s - m) and ids of the candidates with s >= tau_k (top-k's survivors; radix_select's
     weighted pass and the race take the same set and w) into tp.w and tp.id, the first _THREADS of
     them; tp.n counts them all (zero before). A ballot places a warp's survivors, one atomic a warp."""
+    survives = T.alloc_local((1,), "int32")
+    votes = T.alloc_local((1,), "uint32")
     for i in T.serial(T.ceildiv(n, _THREADS)):
-        r.digit[0] = T.cast(i * _THREADS + tx < n and r.cand_x[T.min(i * _THREADS + tx, n - 1)] >= tau_k, "int32")
-        r.bits[0] = T.cast(T.ballot_sync(r.digit[0] != 0), "uint32")
-        if r.bits[0] != T.uint32(0):
+        survives[0] = T.cast(i * _THREADS + tx < n and r.cand_x[T.min(i * _THREADS + tx, n - 1)] >= tau_k, "int32")
+        votes[0] = T.cast(T.ballot_sync(survives[0] != 0), "uint32")
+        if votes[0] != T.uint32(0):
             r.slot[0] = 0
             if lane == 0:
-                r.slot[0] = T.atomic_add(tp.n[0], T.cast(T.popcount(r.bits[0]), "int32"), return_prev=True)
-            r.slot[0] = T.shfl_sync(r.slot[0], 0) + T.cast(T.popcount(r.bits[0] & ((T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1))), "int32")
-            if r.digit[0] != 0 and r.slot[0] < _THREADS:
+                r.slot[0] = T.atomic_add(tp.n[0], T.cast(T.popcount(votes[0]), "int32"), return_prev=True)
+            r.slot[0] = T.shfl_sync(r.slot[0], 0) + T.cast(T.popcount(votes[0] & ((T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1))), "int32")
+            if survives[0] != 0 and r.slot[0] < _THREADS:
                 tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
                 tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
 
