@@ -369,6 +369,38 @@ def test_device_rows_off_the_fast_path(device, dtype):
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_device_top_k_threshold_shapes(device, dtype):
+    """Candidate sets that steer the finish's top-k threshold (radix passes over the images less the
+    smallest, from the highest bit of their span) to each of its ends: every logit negative; the k-th
+    largest inside a run of 60 equal maxima (span 0: one pass, ties all kept); 300 finite logits of
+    both signs among -inf (the images cross the sign); the top 64 one ulp apart (a span of a few
+    bits); top-k 1 with top-p; magnitudes from 1e-30 to 1e30 of both signs (the widest span: up to
+    four passes)."""
+    B, V = 6, 129280
+    logits = torch.randn(B, V, device=device) * 3
+    logits[0] = logits[0] - 50
+    logits[1, torch.randperm(V, device=device)[:60]] = logits[1].max() + 1
+    logits[2] = -INF
+    logits[2, torch.randperm(V, device=device)[:300]] = torch.randn(300, device=device)
+    eps = torch.finfo(dtype).eps
+    logits[3] = logits[3] - 20
+    logits[3, torch.randperm(V, device=device)[:64]] = 1 + torch.arange(64, device=device, dtype=torch.float32) * eps
+    logits[5] = torch.sign(logits[5]) * 10 ** (torch.rand(V, device=device) * 60 - 30)
+    logits = logits.to(dtype)
+    seed, offset = (t.to(device) for t in counters(B))
+    params = (
+        torch.tensor([0.7, 0.7, 1.0, 1.0, 0.7, 1.0], device=device),
+        torch.tensor([50, 50, 100, 50, 1, 50], device=device),
+        torch.tensor([0.9, 0.95, 0.9, 1.0, 0.5, 0.9], device=device),
+        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0], device=device),
+        seed,
+        offset,
+    )
+    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+
+
+@pytest.mark.device
 def test_device_more_chunks_than_threads(device):
     """257 chunks a row (more than the finishing block's threads: its records are read again for
     the normaliser and its lists' lengths from L2), with short lists (a greedy row, top-k 1) so that
