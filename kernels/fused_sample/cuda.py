@@ -97,6 +97,7 @@ from kernels.sampler.cuda import (
     _ST_TOP_P_ON,
     _ordered,
     _unordered,
+    weight,
     alloc_row,
     decide_max,
     sample_row,
@@ -180,6 +181,18 @@ def _pick(regs, p, first, n):
     return T.if_then_else((p & half) != 0, _pick(regs, p, first + half, half), _pick(regs, p, first, half))
 
 
+@T.macro
+def visit(x, p, entry, sv, m, d, bound, lowest, mask, ncand):
+    """Stage 1's test of entry `entry` (register p, logit x) against the chunk max m and the bound:
+    s = x / d (IEEE); s == m offers its id to lowest's atomic min, s >= bound marks bit p of mask."""
+    sv[0] = x / d
+    if sv[0] == m:
+        T.atomic_min(lowest[0], entry)
+    if sv[0] >= bound[0]:
+        mask[0] = mask[0] | (T.uint32(1) << T.cast(p, "uint32"))
+        ncand[0] += 1
+
+
 def alloc_record() -> types.SimpleNamespace:
     """Locals for one chunk record (read_record); called inside the kernel scope."""
     return types.SimpleNamespace(
@@ -238,6 +251,19 @@ def block_fold(warp, lane, extras, argmax=None):
 
 
 @T.macro
+def scan_from_top(r, hist, tx, warp, lane):
+    """After the barrier that completes hist: r.count[0] <- bin 255 - tx (one bin a thread,
+    _THREADS == _BINS), r.incl[0] <- the sum of that bin and every bin above it (the count or mass
+    at or above it). One barrier."""
+    r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
+    scan_bins(r.incl, r.count, lane, warp, r.scan_total)
+    T.sync_threads()
+    for j in T.unroll(_WARPS - 1):
+        if j < warp:
+            r.incl[0] += r.scan_total[j]
+
+
+@T.macro
 def top_k_threshold(r, hist, sel, tx, warp, lane, n, k, lo, span, tau_k):
     """tau_k[0] <- a float32 whose kept set {s >= tau_k} among the n candidates (r.cand_x: s) is
     top-k's (the k largest s and every tie of the k-th): the image (_ordered) of the k-th largest s
@@ -270,13 +296,7 @@ def top_k_threshold(r, hist, sel, tx, warp, lane, n, k, lo, span, tau_k):
                     if T.cast(r.bits[0], "int64") >> upper == prefix >> upper:
                         T.atomic_add(hist[T.cast((T.cast(r.bits[0], "int64") >> shift) & ((T.int64(1) << (upper - shift)) - T.int64(1)), "int32")], T.uint32(1))
             T.sync_threads()
-            # Bins from the top: thread tx scans bin 255 - tx, so incl counts the keys at or above it.
-            r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
-            scan_bins(r.incl, r.count, lane, warp, r.scan_total)
-            T.sync_threads()
-            for j in T.unroll(_WARPS - 1):
-                if j < warp:
-                    r.incl[0] += r.scan_total[j]
+            scan_from_top(r, hist, tx, warp, lane)
             need = sel[2 + d % 2]
             if r.incl[0] - r.count[0] < need and need <= r.incl[0]:
                 sel[(d + 1) % 2] = prefix | (T.cast(_BINS - 1 - tx, "int64") << shift)
@@ -305,18 +325,12 @@ def radix_select(r, hist, sel, tx, warp, lane, n, tau_k, m, p20):
             if i * _THREADS + tx < n:
                 sv = r.cand_x[i * _THREADS + tx]
                 if sv >= tau_k:
-                    r.w[0] = T.exp(T.if_then_else(sv == m, T.float32(0), sv - m))
+                    r.w[0] = weight(sv, m)
                     r.bits[0] = T.reinterpret("uint32", r.w[0])
                     if (r.bits[0] & T.uint32(mask)) == prefix:
                         T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
         T.sync_threads()
-        # Bins from the top: thread tx scans bin 255 - tx, so incl is the weight at or above it.
-        r.count[0] = T.cast(hist[_BINS - 1 - tx], "int64")
-        scan_bins(r.incl, r.count, lane, warp, r.scan_total)
-        T.sync_threads()
-        for j in T.unroll(_WARPS - 1):
-            if j < warp:
-                r.incl[0] += r.scan_total[j]
+        scan_from_top(r, hist, tx, warp, lane)
         if d == 0:
             if tx == _THREADS - 1:
                 # incl of the lowest bin: Q, the survivors' whole mass.
@@ -359,7 +373,7 @@ def top_k_survivors(r, tp, tx, lane, n, tau_k, m):
                 r.slot[0] = T.atomic_add(tp.n[0], T.cast(T.popcount(votes[0]), "int32"), return_prev=True)
             r.slot[0] = T.shfl_sync(r.slot[0], 0) + T.cast(T.popcount(votes[0] & ((T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1))), "int32")
             if survives[0] != 0 and r.slot[0] < _THREADS:
-                tp.w[r.slot[0]] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+                tp.w[r.slot[0]] = weight(r.cand_x[i * _THREADS + tx], m)
                 tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
 
 
@@ -435,7 +449,7 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
         for i in T.serial(T.ceildiv(n, _THREADS) * T.cast(mode == T.int64(_SAMPLED), "int32")):
             if i * _THREADS + tx < n:
                 if r.cand_x[i * _THREADS + tx] >= tau_k[0]:
-                    r.w[0] = T.exp(T.if_then_else(r.cand_x[i * _THREADS + tx] == m, T.float32(0), r.cand_x[i * _THREADS + tx] - m))
+                    r.w[0] = weight(r.cand_x[i * _THREADS + tx], m)
                     if r.w[0] >= tau_p[0] and r.w[0] >= r.sf[_SF_MIN_P]:
                         noise_bits(r.cand_id[i * _THREADS + tx], r.keys, r.h)
                         take_if_better(best_key, best_id, r.w[0] / exponential_noise(r.h), r.cand_id[i * _THREADS + tx])
@@ -628,7 +642,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 for p in T.unroll(_PER_THREAD):
                     if s[p] > -T.infinity("float32"):
                         sv[0] = s[p] / d
-                        part[p % 4] += T.exp(T.if_then_else(sv[0] == m, T.float32(0), sv[0] - m))
+                        part[p % 4] += weight(sv[0], m)
             wsum[0] = (part[0] + part[1]) + (part[2] + part[3])
 
             # 3. The candidates: s >= bound, where bound is the filters' bound (module docstring) or
@@ -666,23 +680,13 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 while pre[0] != T.uint32(0):
                     pos[0] = _lowest_bit(pre[0])
                     pre[0] = pre[0] & (pre[0] - T.uint32(1))
-                    sv[0] = _pick(s, pos[0], 0, _PER_THREAD) / d
-                    if sv[0] == m:
-                        T.atomic_min(lowest[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx))
-                    if sv[0] >= bound[0]:
-                        mask[0] = mask[0] | (T.uint32(1) << T.cast(pos[0], "uint32"))
-                        ncand[0] += 1
+                    visit(_pick(s, pos[0], 0, _PER_THREAD), pos[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx), sv, m, d, bound, lowest, mask, ncand)
             else:
                 for j in T.unroll(loads):
                     for e in T.unroll(vec):
                         # False for NaN and -inf (xbound is finite).
                         if s[j * vec + e] >= xbound[0]:
-                            sv[0] = s[j * vec + e] / d
-                            if sv[0] == m:
-                                T.atomic_min(lowest[0], entry_id(base, j, e, tx))
-                            if sv[0] >= bound[0]:
-                                mask[0] = mask[0] | (T.uint32(1) << T.cast(j * vec + e, "uint32"))
-                                ncand[0] += 1
+                            visit(s[j * vec + e], j * vec + e, entry_id(base, j, e, tx), sv, m, d, bound, lowest, mask, ncand)
             # Places in the list: a scan of the counts over the warp, one atomic a warp.
             slot[0] = ncand[0]
             for i in T.unroll(_SHUFFLES):

@@ -123,6 +123,12 @@ def _ordered(s):
     return T.reinterpret("uint32", s) ^ T.if_then_else((T.reinterpret("uint32", s) >> T.uint32(31)) != T.uint32(0), T.uint32(_ALL), T.uint32(_SIGN))
 
 
+def weight(s, m):
+    """w = expf(s - m), exactly 1 where s == m (also where both are infinite). A plain expression,
+    like _ordered."""
+    return T.exp(T.if_then_else(s == m, T.float32(0), s - m))
+
+
 @T.macro
 def _unordered(u):
     """float32 whose _ordered image is u."""
@@ -336,7 +342,7 @@ def visit(r, val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, m
             if compact == 0 and phase == _PHASE_COMPACT:
                 # The last pass over the whole row: the logprob's normaliser, and the candidates.
                 r.s[0] = x32 / t
-                r.wsum[0] += T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+                r.wsum[0] += weight(r.s[0], m)
                 # A thread whose slot fell past the capacity (the row falls back to passes over
                 # itself) appends no more: an all-equal row would otherwise put every entry on one
                 # counter. The count still ends above the capacity: that append was counted.
@@ -348,7 +354,7 @@ def visit(r, val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, m
         elif phase < _PHASE_RACE:
             if x32 >= cut:
                 r.s[0] = x32 / t
-                r.w[0] = T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+                r.w[0] = weight(r.s[0], m)
                 q = T.cast(r.w[0] * T.float32(1 << MASS_BITS), "int64")
                 r.acc[0] += q
                 r.bits[0] = T.reinterpret("uint32", r.w[0])
@@ -359,7 +365,7 @@ def visit(r, val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, m
             r.s[0] = x32
             if sampled != 0:
                 r.s[0] = x32 / t
-            r.w[0] = T.exp(T.if_then_else(r.s[0] == m, T.float32(0), r.s[0] - m))
+            r.w[0] = weight(r.s[0], m)
             if compact == 0:
                 r.wsum[0] += r.w[0]
             if sampled != 0 and x32 >= cut and r.w[0] >= tau_p and r.w[0] >= min_p:
