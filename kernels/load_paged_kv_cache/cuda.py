@@ -44,11 +44,18 @@ binary-searching it) would add a launch and a dependent global read per row, whi
 at decode sizes, where the launch is the cost.
 
 Work per row: bf16 rows are split like outlier_detection's rows (up to 8 vectors per thread, a
-power-of-two lane group below a warp, whole warps above). An FP4 record takes 16 lanes: lane l
-dequantises latent bytes [16 l, 16 l + 16) (one 32-value group, one UE8M0 byte) into 32 bf16 and
-lanes 0..7 copy one 16-byte piece of the rope each. An FP8 record takes a warp: lane l dequantises
-16 e4m3 bytes (group l // 8, an fp32 scale) and lanes 0..7 copy the rope. The record is read
-through typed views of the same buffer (T.view: uint8 codes, fp32 scales, bf16 rope), so every
+power-of-two lane group below a warp, whole warps above). A record takes one lane per 16 bytes of
+latent codes (16 lanes for FP4, a warp for FP8), and lanes 0..7 copy one 16-byte piece of the rope
+each. The latent is dequantised in 8-value output vectors dealt round-robin: lane l of n makes
+vectors l, l + n, ... (FP4: one 32-bit word of 8 codes and one UE8M0 byte each; FP8: 8 e4m3 bytes
+and one fp32 scale), so every store instruction of a row group writes whole 32-byte sectors. Giving
+each lane its own contiguous 16 bytes of codes instead makes every store write half sectors: on the
+H200 the FP4 load then moved 2.4x the L2 write sectors of its output and was L2-bound (137 us for
+64 x 2048 tokens against 67 us round-robin; kernels/load_paged_kv_cache/PERF.md). A thread issues
+the reads of both its rows before it decodes either, and an FP4 code becomes an fp32 through the
+denormal trick on its nibble in the word (tl_formats.e2m1_nibble_value: shifts, a mask, an exact
+multiply), which took the issue-bound FP4 load from 67 to 60 us. The record is read through typed
+views of the same buffer (T.view: uint32 code words, e4m3 codes, fp32 scales, bf16 rope), so every
 section moves as whole vectors.
 """
 
@@ -294,7 +301,8 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
     rope_lanes = layout.ROPE * 2 // _MAX_VECTOR_BYTES
     rope_elem = records.rope_offset // 2  # the rope's first bf16 element in a record
     fp4 = records.group == 32
-    out_per_lane = 32 if fp4 else 16  # latent outputs of one lane (16 bytes of codes)
+    vectors = (32 if fp4 else 16) // 8  # 8-value output vectors of one lane (16 bytes of codes)
+    code_bytes = 4 if fp4 else 8  # codes of one output vector
     prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
 
     @T.prim_func
@@ -311,47 +319,58 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
             lane = tx % tpr
             row_id = T.alloc_shared((cfg.tile_rows,), "int32")
             row_at = T.alloc_shared((cfg.tile_rows,), "int64")
-            codes = T.alloc_local((16,), "uint8" if fp4 else "float8_e4m3")
-            rope = T.alloc_local((8,), "bfloat16")
-            sc = T.alloc_local((1,), "float32")
-            rope_bf16 = T.view(cache, (num_blocks, block_size, R // 2), "bfloat16")
+            # Each pass's reads land in registers before any pass decodes: two rows' loads in flight.
+            if fp4:
+                codes = T.alloc_local((_PASSES, vectors), "uint32")  # 8 e2m1 codes per word
+            else:
+                codes = T.alloc_local((_PASSES, vectors * code_bytes), "float8_e4m3")
+            rope = T.alloc_local((_PASSES, 8), "bfloat16")
+            vals = T.alloc_local((8,), "bfloat16")
+            sc = T.alloc_local((_PASSES, vectors), "float32")
+            words = T.view(cache, (num_blocks, block_size, R // 4), "uint32")
             e4m3 = T.view(cache, (num_blocks, block_size, R), "float8_e4m3")
             scales_f32 = T.view(cache, (num_blocks, block_size, R // 4), "float32")
+            rope_bf16 = T.view(cache, (num_blocks, block_size, R // 2), "bfloat16")
             prologue(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at)
             for ps in T.unroll(_PASSES):
                 r = ps * rows + tx // tpr
                 blk = T.cast(row_id[r], "int64")
                 off = row_at[r]
+                if blk >= 0:
+                    for i in T.unroll(vectors):
+                        j = lane + tpr * i
+                        group = j * 8 // records.group
+                        if fp4:
+                            codes[ps, i] = words[blk, off, j]
+                            sc[ps, i] = F.ue8m0_value(cache[blk, off, records.scale_offset + group])
+                        else:
+                            for v in T.vectorized(code_bytes):
+                                codes[ps, i * code_bytes + v] = e4m3[blk, off, j * code_bytes + v]
+                            sc[ps, i] = scales_f32[blk, off, records.scale_offset // 4 + group]
+                    if lane < rope_lanes:
+                        for v in T.vectorized(8):
+                            rope[ps, v] = rope_bf16[blk, off, rope_elem + lane * 8 + v]
+            for ps in T.unroll(_PASSES):
+                r = ps * rows + tx // tpr
+                blk = row_id[r]
                 row = T.cast(bx * cfg.tile_rows + r, "int64")
                 if blk >= 0:
-                    if fp4:
-                        for v in T.vectorized(16):
-                            codes[v] = cache[blk, off, lane * 16 + v]
-                        sc[0] = F.ue8m0_value(cache[blk, off, records.scale_offset + lane])
-                    else:
-                        for v in T.vectorized(16):
-                            codes[v] = e4m3[blk, off, lane * 16 + v]
-                        sc[0] = scales_f32[blk, off, records.scale_offset // 4 + lane // (records.group // 16)]
-                    if lane < rope_lanes:
-                        for v in T.vectorized(8):
-                            rope[v] = rope_bf16[blk, off, rope_elem + lane * 8 + v]
-                    for i in T.unroll(out_per_lane // 8):
-                        for v in T.vectorized(8):
+                    for i in T.unroll(vectors):
+                        for v in T.unroll(8):
                             if fp4:
-                                out[row, lane * out_per_lane + i * 8 + v] = T.cast(
-                                    F.e2m1_value(T.if_then_else(v % 2 == 1, codes[i * 4 + v // 2] >> T.uint8(4), codes[i * 4 + v // 2] & T.uint8(15)))
-                                    * sc[0],
-                                    "bfloat16",
-                                )
+                                value = F.e2m1_nibble_value(codes[ps, i], v)
                             else:
-                                out[row, lane * out_per_lane + i * 8 + v] = T.cast(T.cast(codes[i * 8 + v], "float32") * sc[0], "bfloat16")
+                                value = T.cast(codes[ps, i * 8 + v], "float32")
+                            vals[v] = T.cast(value * sc[ps, i], "bfloat16")
+                        for v in T.vectorized(8):
+                            out[row, (lane + tpr * i) * 8 + v] = vals[v]
                     if lane < rope_lanes:
                         for v in T.vectorized(8):
-                            out[row, layout.LATENT + lane * 8 + v] = rope[v]
+                            out[row, layout.LATENT + lane * 8 + v] = rope[ps, v]
                 elif blk == -1:
-                    for i in T.unroll(out_per_lane // 8):
+                    for i in T.unroll(vectors):
                         for v in T.vectorized(8):
-                            out[row, lane * out_per_lane + i * 8 + v] = T.bfloat16(0)
+                            out[row, (lane + tpr * i) * 8 + v] = T.bfloat16(0)
                     if lane < rope_lanes:
                         for v in T.vectorized(8):
                             out[row, layout.LATENT + lane * 8 + v] = T.bfloat16(0)

@@ -11,6 +11,7 @@ from kernels.quant.formats import E4M3_MAX, amax_floor
 __all__ = [
     "abs_max",
     "e2m1_code",
+    "e2m1_nibble_value",
     "e2m1_value",
     "e2m1_value_denormal",
     "e4m3",
@@ -94,7 +95,13 @@ def e2m1_value_denormal(code):
     2**-127 for code 1 (0.5) and zero for code 0. Multiplying by 2**126 is exact, as is every later
     product with a scale (two significant bits), so results match e2m1_value's bit for bit.
     """
-    c = T.cast(code, "uint32")
+    return e2m1_nibble_value(T.cast(code, "uint32"), 0)
+
+
+def e2m1_nibble_value(word, q):
+    """e2m1_value_denormal of the code in bits [4q, 4q + 4) of the uint32 `word` (q may be a loop
+    variable of an unrolled loop: the shifts then fold into two instructions and a mask)."""
+    c = word if isinstance(q, int) and q == 0 else T.shift_right(word, T.cast(4 * q, "uint32"))
     bits = T.shift_left(c & T.uint32(7), T.uint32(22)) | T.shift_left(c & T.uint32(8), T.uint32(28))
     return T.reinterpret(bits, "float32") * T.float32(2.0**126)
 
