@@ -77,6 +77,7 @@ import tilelang.language as T
 
 from kernels.candidate_blocks.ref import BACKEND_INDEX_DTYPES as INDEX_DTYPES
 from kernels.candidate_blocks.ref import MAX_K, MAX_NB, SINK_KEY, check_static, shipped_configs
+from kernels.tl_bits import lowest_set_bit
 from kernels.tl_scan import block_scan_macro
 
 __all__ = [
@@ -492,7 +493,7 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                         slot[0] = out[0] + T.shfl_sync(incl[0], 0) - incl[0]
                         out[0] += T.shfl_sync(incl[0], 0)
                         while mask[0] != T.uint32(0):
-                            low_lane = T.cast(31 - T.clz(mask[0] & (T.uint32(0) - mask[0])), "int32")
+                            low_lane = lowest_set_bit(mask[0])
                             write(ids, block_table, req_index, row, slot[0], (w * _WARP + lane) * _WARP + low_lane)
                             slot[0] += 1
                             mask[0] = mask[0] & (mask[0] - T.uint32(1))

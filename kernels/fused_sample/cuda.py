@@ -105,6 +105,7 @@ from kernels.sampler.cuda import (
     write_race,
 )
 from kernels.sampler.ref import MASS_BITS
+from kernels.tl_bits import lowest_set_bit
 
 __all__ = ["fused_sample_shipped_configs", "fused_sample_tl"]
 
@@ -165,11 +166,6 @@ def _l2(buf, i, j):
 
 def _add(a, b):
     return a + b
-
-
-def _lowest_bit(word):
-    """Index of the lowest set bit of a nonzero uint32."""
-    return 31 - T.cast(T.clz(word & (T.uint32(0) - word)), "int32")
 
 
 def _pick(regs, p, first, n):
@@ -678,7 +674,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 for p in T.unroll(_PER_THREAD):
                     pre[0] = pre[0] | T.if_then_else(s[p] >= xbound[0], T.uint32(1) << T.uint32(p), T.uint32(0))
                 while pre[0] != T.uint32(0):
-                    pos[0] = _lowest_bit(pre[0])
+                    pos[0] = lowest_set_bit(pre[0])
                     pre[0] = pre[0] & (pre[0] - T.uint32(1))
                     visit(_pick(s, pos[0], 0, _PER_THREAD), pos[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx), sv, m, d, bound, lowest, mask, ncand)
             else:
@@ -698,7 +694,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 up[0] = T.atomic_add(listed[0], slot[0], return_prev=True)
             slot[0] = T.shfl_sync(up[0], _WARP - 1) + slot[0] - ncand[0]
             while mask[0] != T.uint32(0):
-                pos[0] = _lowest_bit(mask[0])
+                pos[0] = lowest_set_bit(mask[0])
                 mask[0] = mask[0] & (mask[0] - T.uint32(1))
                 if slot[0] < LIST_CAP:
                     list_s[rec, slot[0]] = _pick(s, pos[0], 0, _PER_THREAD) / d
