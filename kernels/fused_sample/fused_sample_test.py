@@ -256,6 +256,20 @@ def _assert_matches(got, logits, params):
     _assert_equals_sampler(got, logits, params)
 
 
+def _row_params(device, temperature, top_k, top_p, min_p):
+    """(temperature, top_k, top_p, min_p, seed, offset) from per-row lists, with fresh counters."""
+    seed, offset = (t.to(device) for t in counters(len(temperature)))
+    return (*(torch.tensor(x, device=device) for x in (temperature, top_k, top_p, min_p)), seed, offset)
+
+
+def _sample_and_check(logits, params):
+    """fused_sample with logprobs into poisoned outputs, checked against the reference and the
+    sampler's kernel; returns its output."""
+    got = api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(logits.shape[0], logits.device))
+    _assert_matches(got, logits, params)
+    return got
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("layout", ["dense", "strided", "misaligned"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -285,9 +299,9 @@ def test_device_decode_settings_match_sampler_and_ref(device, B, V, dtype):
     seed, offset = (t.to(device) for t in counters(B))
     full = lambda x: torch.full((B,), x, device=device)  # noqa: E731
     params = (full(0.7), full(50).to(I64), full(0.9), full(0.0), seed, offset)
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
     params = (full(1.0), torch.randint(1, V, (B,), device=device), torch.rand(B, device=device), torch.rand(B, device=device) * 0.2, seed, offset)
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
 
 
 @pytest.mark.device
@@ -322,16 +336,14 @@ def test_device_rows_by_each_path(device, dtype):
     logits[1] = 1.5
     logits[5] = -3e38
     logits = logits.to(dtype)
-    seed, offset = (t.to(device) for t in counters(B))
-    params = (
-        torch.tensor([0.7, 0.7, 0.9, 1.0, 1.0, 1e-3], device=device),
-        torch.tensor([50, 50, 300, 0, 0, 0], device=device),
-        torch.tensor([0.9, 0.9, 1.0, 1.0, 1.0, 0.9], device=device),
-        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.2, 0.0], device=device),
-        seed,
-        offset,
+    params = _row_params(
+        device,
+        [0.7, 0.7, 0.9, 1.0, 1.0, 1e-3],
+        [50, 50, 300, 0, 0, 0],
+        [0.9, 0.9, 1.0, 1.0, 1.0, 0.9],
+        [0.0, 0.0, 0.0, 0.0, 0.2, 0.0],
     )
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
 
 
 @pytest.mark.device
@@ -352,17 +364,14 @@ def test_device_rows_off_the_fast_path(device, dtype):
     logits[3, [900, 300]] = torch.tensor([16777214.0, 16777213.0], device=device)
     logits[6] = torch.round(logits[6])
     logits = logits.to(dtype)
-    seed, offset = (t.to(device) for t in counters(B))
-    params = (
-        torch.tensor([0.7, 1e-10, 0.7, 3.0, 2.0**-61, 0.7, 0.7, 1.0], device=device),
-        torch.tensor([50, 0, 50, 50, 50, 200, 256, 3], device=device),
-        torch.tensor([0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9, 1.0], device=device),
-        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3], device=device),
-        seed,
-        offset,
+    params = _row_params(
+        device,
+        [0.7, 1e-10, 0.7, 3.0, 2.0**-61, 0.7, 0.7, 1.0],
+        [50, 0, 50, 50, 50, 200, 256, 3],
+        [0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9, 1.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3],
     )
-    got = api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device))
-    _assert_matches(got, logits, params)
+    got = _sample_and_check(logits, params)
     assert got.tokens[2].item() == 77
     # Row 1: x / t overflows to +inf for most positive entries; the lowest such id is the token.
     assert got.tokens[1].item() == int(torch.nonzero(logits[1].float() / params[0][1] == INF)[0])
@@ -388,16 +397,14 @@ def test_device_top_k_threshold_shapes(device, dtype):
     logits[3, torch.randperm(V, device=device)[:64]] = 1 + torch.arange(64, device=device, dtype=torch.float32) * eps
     logits[5] = torch.sign(logits[5]) * 10 ** (torch.rand(V, device=device) * 60 - 30)
     logits = logits.to(dtype)
-    seed, offset = (t.to(device) for t in counters(B))
-    params = (
-        torch.tensor([0.7, 0.7, 1.0, 1.0, 0.7, 1.0], device=device),
-        torch.tensor([50, 50, 100, 50, 1, 50], device=device),
-        torch.tensor([0.9, 0.95, 0.9, 1.0, 0.5, 0.9], device=device),
-        torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0], device=device),
-        seed,
-        offset,
+    params = _row_params(
+        device,
+        [0.7, 0.7, 1.0, 1.0, 0.7, 1.0],
+        [50, 50, 100, 50, 1, 50],
+        [0.9, 0.95, 0.9, 1.0, 0.5, 0.9],
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
     )
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
 
 
 @pytest.mark.device
@@ -407,16 +414,14 @@ def test_device_more_chunks_than_threads(device):
     the lists, not the row, are finished, and a row with top-k 50 whose lists pass the capacity."""
     B, V = 3, 2**21 + 8195
     logits = torch.randn(B, V, device=device) * 3
-    seed, offset = (t.to(device) for t in counters(B))
-    params = (
-        torch.tensor([0.0, 0.7, 0.7], device=device),
-        torch.tensor([0, 1, 50], device=device),
-        torch.tensor([1.0, 1.0, 0.9], device=device),
-        torch.tensor([0.0, 0.0, 0.0], device=device),
-        seed,
-        offset,
+    params = _row_params(
+        device,
+        [0.0, 0.7, 0.7],
+        [0, 1, 50],
+        [1.0, 1.0, 0.9],
+        [0.0, 0.0, 0.0],
     )
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
 
 
 @pytest.mark.device
@@ -431,16 +436,14 @@ def test_device_rows_with_a_ragged_tail(device, dtype, V):
     logits = wide[:, :V]
     logits[0, V - 1] = 50.0  # the tail's entry is the max
     logits[1, V - 1] = logits[1].max()  # a tie at the max, the tail's id the higher
-    seed, offset = (t.to(device) for t in counters(B))
-    params = (
-        torch.tensor([0.0, 0.0, 0.7, 1.0, 0.5], device=device),
-        torch.tensor([0, 0, 50, 0, 3], device=device),
-        torch.tensor([1.0, 1.0, 0.9, 0.8, 1.0], device=device),
-        torch.tensor([0.0, 0.0, 0.0, 0.1, 0.0], device=device),
-        seed,
-        offset,
+    params = _row_params(
+        device,
+        [0.0, 0.0, 0.7, 1.0, 0.5],
+        [0, 0, 50, 0, 3],
+        [1.0, 1.0, 0.9, 0.8, 1.0],
+        [0.0, 0.0, 0.0, 0.1, 0.0],
     )
-    _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+    _sample_and_check(logits, params)
 
 
 @pytest.mark.device
@@ -452,7 +455,7 @@ def test_device_counters_left_zero(device, backend):
     logits = torch.randn(B, V, device=device) * 3
     params = mixed_params(B, V, device)
     for _ in range(3):
-        _assert_matches(api.fused_sample(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
+        _sample_and_check(logits, params)
     torch.cuda.synchronize(device)
     assert api._ARRIVALS and all(int(c.count_nonzero()) == 0 for c in api._ARRIVALS.values())
 

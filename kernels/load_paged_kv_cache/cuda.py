@@ -302,7 +302,6 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
     rope_elem = records.rope_offset // 2  # the rope's first bf16 element in a record
     fp4 = records.group == 32
     vectors = (32 if fp4 else 16) // 8  # 8-value output vectors of one lane (16 bytes of codes)
-    code_bytes = 4 if fp4 else 8  # codes of one output vector
     prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
 
     @T.prim_func
@@ -323,7 +322,7 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
             if fp4:
                 codes = T.alloc_local((_PASSES, vectors), "uint32")  # 8 e2m1 codes per word
             else:
-                codes = T.alloc_local((_PASSES, vectors * code_bytes), "float8_e4m3")
+                codes = T.alloc_local((_PASSES, vectors * 8), "float8_e4m3")
             rope = T.alloc_local((_PASSES, 8), "bfloat16")
             vals = T.alloc_local((8,), "bfloat16")
             sc = T.alloc_local((_PASSES, vectors), "float32")
@@ -344,8 +343,8 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
                             codes[ps, i] = words[blk, off, j]
                             sc[ps, i] = F.ue8m0_value(cache[blk, off, records.scale_offset + group])
                         else:
-                            for v in T.vectorized(code_bytes):
-                                codes[ps, i * code_bytes + v] = e4m3[blk, off, j * code_bytes + v]
+                            for v in T.vectorized(8):
+                                codes[ps, i * 8 + v] = e4m3[blk, off, j * 8 + v]
                             sc[ps, i] = scales_f32[blk, off, records.scale_offset // 4 + group]
                     if lane < rope_lanes:
                         for v in T.vectorized(8):
