@@ -43,11 +43,12 @@ Where the work runs (design):
     one token. The token's H * Dh elements are cut into 16-byte vectors (narrower only when a
     stride or pointer forces it); lane l takes vectors l, l + threads_per_row, ... (coalesced on
     both sides: consecutive lanes touch consecutive bytes of one head row). Each lane reads its
-    slot once (the group's lanes hit the same L1 line), then issues all its loads (K and V) before
-    any store, so `steps` (<= 4 per operand, more only for narrow vectors) 16-byte transactions are
-    in flight per operand. Short rows share a 128-thread block (4 MLA rows of 576 bf16 per block,
-    72 vectors over 32 lanes), so a 4096-token prefill has ~1000 blocks in flight and a 1-token
-    decode is one small block.
+    slot once (the group's lanes hit the same L1 line) and issues all its loads (K and V) with it,
+    not after it (one DRAM round trip before the stores, most of a decode-sized store's time; a
+    skipped slot's row is read for nothing), all before any store, so `steps` (<= 4 per operand,
+    more only for narrow vectors) 16-byte transactions are in flight per operand. Short rows share
+    a 128-thread block (4 MLA rows of 576 bf16 per block, 72 vectors over 32 lanes), so a
+    4096-token prefill has ~1000 blocks in flight and a 1-token decode is one small block.
   * Quantised records: 16 lanes per token, each owning 32 consecutive latent values (64 bytes =
     four 16-byte loads). FP4's group of 32 is one lane: the amax needs no shuffle, the lane writes
     its 16 bytes of codes with one 128-bit store and its scale byte. FP8's group of 128 is 4 lanes:
@@ -253,13 +254,14 @@ def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_s
             slot = T.alloc_local((1,), "int64")  # read once into a register
             if row < t:
                 slot[0] = T.cast(slot_mapping[row], "int64")
+                # The row's loads (K and V) go out with its slot's, not after it: one round trip
+                # before the stores instead of two. A row whose slot is skipped reads for nothing.
+                load_row(k, row, lane, kbuf)
+                if pair:
+                    load_row(v, row, lane, vbuf)
                 if valid(slot[0], num_blocks):
                     block = slot[0] // block_size
                     off = slot[0] % block_size
-                    # Every load (K and V) is issued before any store.
-                    load_row(k, row, lane, kbuf)
-                    if pair:
-                        load_row(v, row, lane, vbuf)
                     store_row(k_cache, block, off, lane, kbuf)
                     if pair:
                         store_row(v_cache, block, off, lane, vbuf)
@@ -379,8 +381,9 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
             slot[0] = T.int64(-1)
             if row < t:
                 slot[0] = T.cast(slot_mapping[row], "int64")
-            if valid(slot[0], num_blocks):
-                # Every load of the row is issued before any arithmetic.
+                # Every load of the row is issued with its slot's (one round trip, not two) and
+                # before any arithmetic; a row whose slot is skipped reads and reduces for nothing
+                # (its group's lanes are its own: nothing of it is stored).
                 for i in T.unroll(n // lvec):
                     for v in T.vectorized(lvec):
                         buf[i * lvec + v] = kv[row, lane * n + i * lvec + v]
@@ -390,7 +393,7 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                             rope[s, v] = kv[row, LATENT + (lane + s * lanes) * lvec + v]
                 for e in T.unroll(n):
                     amax[0] = F.abs_max(amax[0], T.cast(buf[e], "float32"))
-            # A group of 128 spans 4 lanes; every lane of the warp takes part (invalid rows hold 0).
+            # A group of 128 spans 4 lanes; every lane of the warp takes part (rows past t hold 0).
             for i in T.unroll(shuffles):
                 amax[0] = T.max(amax[0], T.shfl_xor(amax[0], 1 << i))
             if valid(slot[0], num_blocks):
