@@ -309,7 +309,7 @@ def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout
                     c = first + s * tpr
                     if c < cfg.row_chunks:
                         sc[0] = F.group_scale(amax[s], E4M3_MAX, ue8m0)
-                        sc[1] = T.float32(1) / sc[0]
+                        sc[1] = F.scale_reciprocal(sc[0], ue8m0)
                         encode_fp8(buf, s, sc[1], out)
                         store_chunk(q, row, c, out)
                         if lane % gl == 0:
@@ -365,7 +365,7 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
                     amax[0] = T.max(amax[0], red[tx // tpr, w])
             if row < t:
                 sc[0] = F.group_scale(amax[0], E4M3_MAX, ue8m0)
-                sc[1] = T.float32(1) / sc[0]
+                sc[1] = F.scale_reciprocal(sc[0], ue8m0)
                 for s in T.unroll(steps):
                     c = lane + s * tpr
                     if c < cfg.row_chunks:
@@ -426,8 +426,9 @@ def _fp4_factory(name: str, nvfp4: bool):
                             if nvfp4:
                                 nvfp4_scales(amax[s], gs[0], s8, inv)
                             else:
-                                s8[0] = F.ue8m0_exponent(F.group_scale(amax[s], E2M1_MAX, True))
-                                inv[0] = T.float32(1) / F.ue8m0_value(s8[0])
+                                inv[0] = F.group_scale(amax[s], E2M1_MAX, True)
+                                s8[0] = F.ue8m0_exponent(inv[0])
+                                inv[0] = F.scale_reciprocal(inv[0], True)
                             for p in T.unroll(half):
                                 pk[p] = F.e2m1_code(T.cast(buf[s, 2 * p], "float32") * inv[0]) | T.shift_left(
                                     F.e2m1_code(T.cast(buf[s, 2 * p + 1], "float32") * inv[0]), T.uint8(4)
@@ -529,7 +530,7 @@ def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_alig
             for i in T.unroll(warps):
                 amax[0] = T.max(amax[0], red[i])
             sc[0] = F.group_scale(amax[0], E4M3_MAX, ue8m0)
-            sc[1] = T.float32(1) / sc[0]
+            sc[1] = F.scale_reciprocal(sc[0], ue8m0)
             for p in T.unroll(passes):
                 r = T.cast(bx * BLOCK + p * rows_per_pass + tx // lanes, "int64")
                 if r < n and col < K:

@@ -42,6 +42,8 @@ dtype.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "ue8m0_exponent",
     "ue8m0_from_exponent",
     "ue8m0_round_up",
+    "ue8m0_split",
     "unpack_e2m1",
 ]
 
@@ -81,6 +84,19 @@ _E2M1_BOUNDARIES = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2
 def amax_floor(fmt_max: float) -> float:
     """The smallest amax a scale is computed from: fmt_max * 2**-126 (exact in fp32)."""
     return fmt_max * 2.0**-126
+
+
+def ue8m0_split(fmt_max: float) -> tuple[int, int]:
+    """(p, m) with fmt_max = (1 + m / 2**23) * 2**p: what a kernel needs to take a UE8M0 scale from
+    the exponent bits of max(amax, floor) instead of dividing. RN(a / fmt_max) <= 2**k exactly when
+    a <= fmt_max * 2**k, since no fp32 lies between fmt_max * 2**k and the quotient's rounding
+    boundary fmt_max * 2**k * (1 + 2**-24); so for finite a the scale's byte is a's biased exponent
+    less p, plus one when a's mantissa field exceeds m (Inf: 255)."""
+    mantissa, exponent = math.frexp(fmt_max)
+    m = (2 * mantissa - 1) * 2**23
+    if m != int(m):
+        raise ValueError(f"fmt_max {fmt_max} has more than 24 significant bits")
+    return exponent - 1, int(m)
 
 
 def group_amax(xf: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -229,6 +229,33 @@ def test_ue8m0_round_up_matches_frexp():
     assert torch.equal(formats.ue8m0_from_exponent(byte), torch.from_numpy(want[:-1]))
 
 
+@pytest.mark.ref
+@pytest.mark.parametrize("fmt_max", [formats.E2M1_MAX, formats.E4M3_MAX])
+def test_ue8m0_scale_from_exponent_bits_matches_the_division(fmt_max):
+    # The kernels take a UE8M0 scale from the exponent bits of max(amax, floor) (tl_formats.group_scale,
+    # by formats.ue8m0_split) and its reciprocal by subtracting bits (tl_formats.scale_reciprocal):
+    # the same integer steps here, against the reference's division and rounding up. Every mantissa
+    # of four binades (the floor's, fmt_max's, 1's, the largest) and the mantissas around the split
+    # point of every binade, plus Inf (kernels/quant/PERF.md: every non-negative fp32, once).
+    p, m = formats.ue8m0_split(fmt_max)
+    mantissas = torch.arange(2**23, dtype=torch.int64)
+    floor_exp = int(np.frombuffer(np.float32(formats.amax_floor(fmt_max)).tobytes(), np.uint32)[0]) >> 23
+    dense = torch.cat([(e << 23) + mantissas for e in (floor_exp, p + 127, 127, 254)])
+    near = torch.tensor([m - 1, m, m + 1, 0, 1, 2**23 - 1], dtype=torch.int64).clamp(0, 2**23 - 1)
+    sparse = ((torch.arange(0, 255, dtype=torch.int64)[:, None] << 23) + near).flatten()
+    bits = torch.cat([dense, sparse, torch.tensor([0x7F800000])]).to(torch.int32)
+    amax = bits.view(torch.float32)
+    want = formats.group_scale(amax, fmt_max, True).view(torch.int32)
+    a = amax.clamp_min(formats.amax_floor(fmt_max)).view(torch.int32).to(torch.int64)
+    exponent = a >> 23
+    byte = torch.where(exponent == 255, 255, exponent - p + ((a & 0x7FFFFF) > m).to(torch.int64))
+    assert torch.equal((byte << 23).to(torch.int32), want)
+    # 0x7F000000 less the scale's bits, as uint32 (Inf's wraps to -Inf's bits), then fmaxf with 0.
+    difference = ((0x7F000000 - want.to(torch.int64)) & 0xFFFFFFFF).to(torch.int64)
+    recip = torch.where(difference >= 2**31, difference - 2**32, difference).to(torch.int32).view(torch.float32).clamp_min(0.0)
+    assert torch.equal(recip.view(torch.int32), (1.0 / want.view(torch.float32)).view(torch.int32))
+
+
 REF_SHAPES = [(1, 16), (3, 128), (5, 576), (2, 1024)]
 
 

@@ -6,7 +6,7 @@ a TIR expression from fp32 expressions; none allocates or synchronises.
 # No `from __future__ import annotations`: callers build these inside T.prim_func bodies.
 import tilelang.language as T
 
-from kernels.quant.formats import E4M3_MAX, amax_floor
+from kernels.quant.formats import E4M3_MAX, amax_floor, ue8m0_split
 
 __all__ = [
     "abs_max",
@@ -17,8 +17,8 @@ __all__ = [
     "e4m3",
     "e4m3_clamp",
     "group_scale",
+    "scale_reciprocal",
     "ue8m0_exponent",
-    "ue8m0_round_up",
     "ue8m0_value",
 ]
 
@@ -28,17 +28,28 @@ def abs_max(acc, v):
     return T.max(acc, T.abs(v))
 
 
-def ue8m0_round_up(scale):
-    """The smallest power of two >= a positive normal fp32 scale (bit-for-bit formats.ue8m0_round_up)."""
-    bits = T.reinterpret(scale, "uint32")
-    return T.reinterpret((bits + T.uint32(0x007FFFFF)) & T.uint32(0xFF800000), "float32")
-
-
 def group_scale(amax, fmt_max: float, ue8m0: bool):
     """fp32 scale of a group from its NaN-free amax: max(amax, floor) / fmt_max, rounded up to a power
-    of two when ue8m0."""
-    scale = T.max(amax, T.float32(amax_floor(fmt_max))) / T.float32(fmt_max)
-    return ue8m0_round_up(scale) if ue8m0 else scale
+    of two when ue8m0. The UE8M0 scale comes from the exponent bits of max(amax, floor) with no
+    division (formats.ue8m0_split says why that is the same power of two; checked against the
+    division for every non-negative fp32 amax and +Inf, kernels/quant/PERF.md)."""
+    a = T.max(amax, T.float32(amax_floor(fmt_max)))
+    if not ue8m0:
+        return a / T.float32(fmt_max)
+    p, m = ue8m0_split(fmt_max)
+    bits = T.reinterpret(a, "uint32")
+    exponent = bits >> T.uint32(23)
+    rounded = exponent - T.uint32(p) + T.if_then_else((bits & T.uint32(0x7FFFFF)) > T.uint32(m), T.uint32(1), T.uint32(0))
+    return T.reinterpret(T.shift_left(T.if_then_else(exponent == T.uint32(255), T.uint32(255), rounded), T.uint32(23)), "float32")
+
+
+def scale_reciprocal(scale, ue8m0: bool):
+    """1 / scale, the IEEE quotient. A UE8M0 scale 2**(e - 127) (e in 1..253, or Inf) has the exact
+    reciprocal 2**(127 - e), whose bits are 0x7F000000 less the scale's; for Inf that difference
+    wraps to -Inf's bits, which fmaxf with 0 turns into Inf's reciprocal, 0."""
+    if not ue8m0:
+        return T.float32(1) / scale
+    return T.max(T.reinterpret(T.uint32(0x7F000000) - T.reinterpret(scale, "uint32"), "float32"), T.float32(0))
 
 
 def ue8m0_exponent(scale):

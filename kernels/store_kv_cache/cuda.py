@@ -400,8 +400,9 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                 block = slot[0] // block_size
                 off = slot[0] % block_size
                 if fp4:
-                    sb[0] = F.ue8m0_exponent(F.group_scale(amax[0], E2M1_MAX, True))
-                    inv[0] = T.float32(1) / F.ue8m0_value(sb[0])
+                    inv[0] = F.group_scale(amax[0], E2M1_MAX, True)
+                    sb[0] = F.ue8m0_exponent(inv[0])
+                    inv[0] = F.scale_reciprocal(inv[0], True)
                     for p in T.unroll(n // 2):
                         codes[p] = F.e2m1_code(T.cast(buf[2 * p], "float32") * inv[0]) | T.shift_left(
                             F.e2m1_code(T.cast(buf[2 * p + 1], "float32") * inv[0]), T.uint8(4)
@@ -409,7 +410,7 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                     cache[block, off, layout.scale_offset + lane] = sb[0]
                 else:
                     amax[0] = F.group_scale(amax[0], E4M3_MAX, True)
-                    inv[0] = T.float32(1) / amax[0]
+                    inv[0] = F.scale_reciprocal(amax[0], True)
                     for e in T.unroll(n):
                         codes[e] = T.reinterpret(F.e4m3(T.cast(buf[e], "float32") * inv[0]), "uint8")
                     if lane % 4 == 0:
