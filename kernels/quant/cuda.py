@@ -25,9 +25,11 @@ transcription of formats.py: fmaxf amax (NaN ignored), the floor, an IEEE divisi
 maximum, UE8M0 by integer bit arithmetic, one IEEE reciprocal per group, one multiply per element,
 a saturating round-to-nearest-even conversion (e4m3: +-Inf and overflow to +-448, NaN kept) or the
 e2m1 encoder. No fused multiply-add can form (the encoder's one addition follows an fmaxf), no
-fast-math. The results are bit-exact against the reference. One step differs in form, not in
-value: e2m1 codes decode through fp32 denormals (tl_formats.e2m1_value_denormal, exact; the kernels
-keep denormals since they never use fast-math).
+fast-math. The results are bit-exact against the reference. Two steps differ in form, not in
+value, both through fp32 denormals (the kernels keep them since they never use fast-math): e2m1
+codes decode by tl_formats.e2m1_value_denormal, and bf16 / fp16 MX FP4 encodes by
+tl_formats.e2m1_code_denormal, whose one multiply per element is by inv * 2**-126 (by inv, then
+2**-126, in groups whose scale exceeds 2**23).
 
 t (and n) are dynamic: one compiled kernel serves every batch size; every global offset is 64-bit.
 t == 0 must not be launched (a CUDA grid cannot be empty).
@@ -219,14 +221,19 @@ def _row_macros(cfg: RowConfig):
                         buf[s, i * vec + v] = x[row, (first + s * tpr) * chunk + i * vec + v]
 
     @T.macro
-    def group_amax(buf, active, first, amax):
-        """amax[s] = max |x| over step s's group (the same value in every lane of the group).
-        Inactive lanes contribute 0 but take part in every shuffle (full-warp masks)."""
+    def group_amax(buf, active, first, amax, widen):
+        """amax[s] = max |x| over step s's group (the same value in every lane of the group), x the
+        cast of buf[s, e], or widen(s, q, hi) of element 2q + hi. Inactive lanes contribute 0 but
+        take part in every shuffle (full-warp masks)."""
         for s in T.unroll(steps):
             amax[s] = T.float32(0)
             if active and first + s * tpr < cfg.row_chunks:
-                for e in T.unroll(chunk):
-                    amax[s] = F.abs_max(amax[s], T.cast(buf[s, e], "float32"))
+                if widen is None:
+                    for e in T.unroll(chunk):
+                        amax[s] = F.abs_max(amax[s], T.cast(buf[s, e], "float32"))
+                else:
+                    for q in T.unroll(chunk // 2):
+                        amax[s] = F.abs_max(F.abs_max(amax[s], widen(s, q, 0)), widen(s, q, 1))
         for i in T.unroll(shuffles):
             for s in T.unroll(steps):
                 amax[s] = T.max(amax[s], T.shfl_xor(amax[s], 1 << i))
@@ -303,7 +310,7 @@ def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout
             out = T.alloc_local((chunk,), FP8)
             if row < t:
                 load_chunks(x, row, first, buf)
-            group_amax(buf, row < t, first, amax)
+            group_amax(buf, row < t, first, amax, None)
             if row < t:
                 for s in T.unroll(steps):
                     c = first + s * tpr
@@ -400,6 +407,35 @@ def _fp4_factory(name: str, nvfp4: bool):
         t = T.dynamic("t")
         tpr, rows, steps, chunk, gl = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.chunk, cfg.group_lanes
         half = chunk // 2
+        words = -(-half // 4)  # 8 codes per uint32
+        # The denormal encoder needs a power-of-two inv and inputs of at most 11 significant bits.
+        denormal = not nvfp4 and dtype != "float32"
+
+        def widen(buf, pairs, s, q, hi):
+            """fp32 of buf[s, 2q + hi] (bf16: from the pair's word, tl_formats.bf16_pair_value)."""
+            if dtype != "bfloat16":
+                return T.cast(buf[s, 2 * q + hi], "float32")
+            return F.bf16_pair_value(pairs[s, q], hi)
+
+        def code(x, sc, fast):
+            if not denormal:
+                return T.cast(F.e2m1_code(x * sc[0]), "uint32")
+            if fast:
+                return F.e2m1_code_denormal(x, sc[1], sc[2])
+            return F.e2m1_code_denormal(x * sc[0], T.float32(2.0**-126), T.float32(-0.0))
+
+        @T.macro
+        def encode(buf, pairs, s, sc, pkw, fast):
+            """pkw = step s's codes, 8 per word: the pair q in byte q % 4 of word q // 4, low nibble first."""
+            for w in T.unroll(words):
+                pkw[w] = T.uint32(0)
+            for q in T.unroll(half):
+                lo, hi = code(widen(buf, pairs, s, q, 0), sc, fast), code(widen(buf, pairs, s, q, 1), sc, fast)
+                if denormal:
+                    # Additions (the codes do not overlap): e2m1_code_denormal's constants fold into one.
+                    pkw[q // 4] = pkw[q // 4] + T.shift_left(lo + T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
+                else:
+                    pkw[q // 4] = pkw[q // 4] | T.shift_left(lo | T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
 
         @T.macro
         def body(x, gs_buf, packed, scale):
@@ -409,30 +445,39 @@ def _fp4_factory(name: str, nvfp4: bool):
                 first = by * (tpr * steps) + lane
                 row = T.cast(bx * rows + tx // tpr, "int64")
                 buf = T.alloc_local((steps, chunk), dtype)
+                pairs = T.view(buf, (steps, half), "uint32") if dtype == "bfloat16" else None
                 amax = T.alloc_local((steps,), "float32")
                 gs = T.alloc_local((1,), "float32")
                 s8 = T.alloc_local((1,), scale_dtype)  # the stored scale (e4m3, or the UE8M0 byte)
-                inv = T.alloc_local((1,), "float32")
-                pk = T.alloc_local((half,), "uint8")
+                sc = T.alloc_local((3,), "float32")  # inv, e2m1_denormal_multiplier(inv), e2m1_sign_threshold
+                pkw = T.alloc_local((words,), "uint32")
+                pk = T.view(pkw, (4 * words,), "uint8")
                 if nvfp4:
                     gs[0] = gs_buf[0]
                 if row < t:
                     load_chunks(x, row, first, buf)
-                group_amax(buf, row < t, first, amax)
+                group_amax(buf, row < t, first, amax, lambda s, q, hi: widen(buf, pairs, s, q, hi))
                 if row < t:
                     for s in T.unroll(steps):
                         c = first + s * tpr
                         if c < cfg.row_chunks:
                             if nvfp4:
-                                nvfp4_scales(amax[s], gs[0], s8, inv)
+                                nvfp4_scales(amax[s], gs[0], s8, sc)
                             else:
-                                inv[0] = F.group_scale(amax[s], E2M1_MAX, True)
-                                s8[0] = F.ue8m0_exponent(inv[0])
-                                inv[0] = F.scale_reciprocal(inv[0], True)
-                            for p in T.unroll(half):
-                                pk[p] = F.e2m1_code(T.cast(buf[s, 2 * p], "float32") * inv[0]) | T.shift_left(
-                                    F.e2m1_code(T.cast(buf[s, 2 * p + 1], "float32") * inv[0]), T.uint8(4)
-                                )
+                                sc[2] = F.group_scale(amax[s], E2M1_MAX, True)
+                                s8[0] = F.ue8m0_exponent(sc[2])
+                                sc[0] = F.scale_reciprocal(sc[2], True)
+                                sc[2] = F.e2m1_sign_threshold(sc[2])
+                                sc[1] = F.e2m1_denormal_multiplier(sc[0])
+                            if denormal and dtype == "bfloat16":
+                                # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
+                                if sc[1] != T.float32(0) or sc[0] == T.float32(0):
+                                    encode(buf, pairs, s, sc, pkw, True)
+                                else:
+                                    encode(buf, pairs, s, sc, pkw, False)
+                            else:
+                                # float16 scales are at most 2**14 (65504 / 6 rounded up): always fast.
+                                encode(buf, pairs, s, sc, pkw, True)
                             for p in T.vectorized(half):
                                 packed[row, c * half + p] = pk[p]
                             if lane % gl == 0:

@@ -256,6 +256,44 @@ def test_ue8m0_scale_from_exponent_bits_matches_the_division(fmt_max):
     assert torch.equal(recip.view(torch.int32), (1.0 / want.view(torch.float32)).view(torch.int32))
 
 
+def _e2m1_code_denormal(x: torch.Tensor, k: int | None) -> torch.Tensor:
+    """tl_formats.e2m1_code_denormal's steps in torch (fp32, denormals kept on the CPU) for inv = 2**k
+    (None: inv 0, an Inf scale), including the caller's fallback when the multiplier underflows."""
+    f32 = torch.float32
+    inv = torch.tensor(0.0 if k is None else 2.0**k, dtype=f32)
+    scale = torch.tensor(math.inf if k is None else 2.0**-k, dtype=f32)
+    m = inv * torch.tensor(2.0**-126, dtype=f32)
+    below = -((scale * torch.tensor(2.0**-100, dtype=f32)) * torch.tensor(2.0**-50, dtype=f32))
+    if m == 0 and inv != 0:
+        x, m, below = x * inv, torch.tensor(2.0**-126, dtype=f32), torch.tensor(-0.0, dtype=f32)
+    w = (x * m).abs()
+    bits = torch.where(torch.isnan(w), torch.zeros((), dtype=f32), w).view(torch.int32)
+    bias = torch.where(x < below, torch.tensor(2.0**-106 + 8 * 2.0**-129, dtype=f32), torch.tensor(2.0**-106, dtype=f32))
+    rounded = ((bits >> 2).view(f32) + bias).view(torch.int32)
+    return (rounded - torch.tensor(2.0**-106, dtype=f32).view(torch.int32)).to(torch.uint8)
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_e2m1_code_denormal_matches_encode_e2m1(dtype):
+    # The MX FP4 kernels encode bf16 / fp16 x with a UE8M0 inv = 2**k through fp32 denormals
+    # (tl_formats.e2m1_code_denormal); here its steps against formats.encode_e2m1(x * inv) for every
+    # x of the dtype, at the edge exponents (the floor's and the largest scale, the multiplier's
+    # underflow point -23 / -24, the sign threshold's -1 / 0 / 1, inv 0) and random others, under
+    # the encoder's precondition |x * inv| <= 6 (x's group amax bounds it). kernels/quant/PERF.md:
+    # every k, once.
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    ks = [-126, -125, -24, -23, -22, -1, 0, 1, 125, 126, None] + torch.randint(-126, 127, (8,), generator=g).tolist()
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    for k in ks:
+        inv = 0.0 if k is None else 2.0**k
+        v = x * inv
+        keep = (v.abs() <= 6) | (inv == 0) | x.isnan()
+        got, want = _e2m1_code_denormal(x[keep], k), formats.encode_e2m1(v[keep])
+        bad = got != want
+        assert not bad.any(), f"k={k}: {int(bad.sum())} codes differ, first x={x[keep][bad][0].item()!r}: {got[bad][0].item()} != {want[bad][0].item()}"
+
+
 REF_SHAPES = [(1, 16), (3, 128), (5, 576), (2, 1024)]
 
 
@@ -754,6 +792,36 @@ def test_device_quant_fp4_encodes_every_boundary(device):
     body[: v.numel()] = v
     x = torch.cat((torch.full((groups, 1), 6.0), body.reshape(groups, 31)), dim=1).reshape(-1, 128)
     _check_fp4(device, x.to(device), "ue8m0")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_device_quant_fp4_ue8m0_denormal_encoder_edges(device, dtype):
+    # bf16 / fp16 MX FP4 goes through tl_formats.e2m1_code_denormal. Each group of 32 is led by
+    # +-6 * 2**j (scale 2**j, every exponent the dtype allows, so both the one-multiply path and
+    # the two-multiply one of scales above 2**23), then: the products' underflow edge for the sign
+    # (-2**(j - 150), -2**(j - 149) and their doubles, where the dtype holds them), -0.0, NaN, the
+    # grid values and midpoints times 2**j with their dtype neighbours, and random bit patterns no
+    # larger than the leader (tiny and denormal ones included).
+    info = torch.finfo(dtype)
+    lo, hi = math.ceil(math.log2(info.smallest_normal)) - 2, math.floor(math.log2(info.max / 6))
+    grid = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0])
+    rows = []
+    for j in range(lo, hi + 1):
+        lead = 6.0 * 2.0**j
+        edges = torch.tensor([2.0 ** (j - 150), 2.0 ** (j - 149), 2.0 ** (j - 148), 3 * 2.0 ** (j - 150)]).to(dtype).float()
+        mids = (grid * 2.0**j).to(dtype)
+        near = torch.cat([mids, torch.nextafter(mids, torch.full_like(mids, math.inf)), torch.nextafter(mids, torch.zeros_like(mids))]).float()
+        bits = torch.randint(-(2**15), 2**15, (4096,), dtype=torch.int16).view(dtype).float()
+        rand = bits[bits.abs() <= lead]
+        fill = torch.cat([-edges, edges, torch.tensor([-0.0, math.nan]), near, -near, rand])
+        fill = fill[torch.randperm(fill.numel())]
+        fill = torch.cat([fill, torch.zeros((-fill.numel()) % 31)]).reshape(-1, 31).clamp(-lead, lead)
+        leaders = torch.full((fill.shape[0], 1), lead) * torch.where(torch.rand(fill.shape[0], 1) < 0.5, -1.0, 1.0)
+        rows.append(torch.cat([leaders, fill], dim=1))
+    x = torch.cat(rows)
+    x = torch.cat([x, torch.zeros((-x.shape[0]) % 4, 32)]).reshape(-1, 128)
+    _check_fp4(device, x.to(dtype).to(device), "ue8m0")
 
 
 @pytest.mark.device

@@ -8,10 +8,17 @@ import tilelang.language as T
 
 from kernels.quant.formats import E4M3_MAX, amax_floor, ue8m0_split
 
+# fp32 bits of 2**-106, the rounding constant of e2m1_code_denormal.
+_E2M1_DENORMAL_BIAS = (127 - 106) << 23
+
 __all__ = [
     "abs_max",
+    "bf16_pair_value",
     "e2m1_code",
+    "e2m1_code_denormal",
+    "e2m1_denormal_multiplier",
     "e2m1_nibble_value",
+    "e2m1_sign_threshold",
     "e2m1_value",
     "e2m1_value_denormal",
     "e4m3",
@@ -26,6 +33,14 @@ __all__ = [
 def abs_max(acc, v):
     """max(acc, |v|) with NaN v ignored (fmaxf returns the non-NaN operand)."""
     return T.max(acc, T.abs(v))
+
+
+def bf16_pair_value(word, hi: int):
+    """fp32 of the low (hi 0) or high (hi 1) bfloat16 of a uint32 holding two, little-endian: one
+    shift or one mask, where the cast of a lone bf16 extracts its half first."""
+    if hi:
+        return T.reinterpret(word & T.uint32(0xFFFF0000), "float32")
+    return T.reinterpret(T.shift_left(word, T.uint32(16)), "float32")
 
 
 def group_scale(amax, fmt_max: float, ue8m0: bool):
@@ -89,6 +104,54 @@ def e2m1_code(v):
     below = T.shift_left(T.shift_right(c, T.uint32(23)) - T.uint32(149), T.uint32(1))
     code = T.min(T.reinterpret(a + T.reinterpret(c, "float32"), "uint32") - c + below, T.uint32(7))
     return T.cast(code, "uint8") | T.if_then_else(v < T.float32(0), T.uint8(8), T.uint8(0))
+
+
+def e2m1_denormal_multiplier(inv):
+    """inv * 2**-126 for e2m1_code_denormal: exact for a UE8M0 reciprocal 2**k with k >= -23 (a
+    denormal or normal power of two) and for inv 0; 0 for k < -23 (it underflows), where the caller
+    multiplies by inv and then by 2**-126 instead."""
+    return inv * T.float32(2.0**-126)
+
+
+def e2m1_sign_threshold(scale):
+    """below with x * inv < 0 exactly when x < below, for a UE8M0 scale 2**-k (inv = 2**k) or Inf:
+    a product at most 2**-150 in magnitude rounds to a zero (2**-150 itself is a tie, to the even
+    zero), so x * inv < 0 iff x < -2**(-150 - k). That is -(scale * 2**-150), in two multiplies
+    (2**-150 is below fp32's range): exact for k <= -1, rounded to -0 for k >= 0 (then x < 0 is the
+    test: every negative x keeps its sign), -Inf for an Inf scale (inv 0: no product is negative)."""
+    return -((scale * T.float32(2.0**-100)) * T.float32(2.0**-50))
+
+
+def e2m1_code_denormal(x, m, below):
+    """uint32 e2m1 code (0..15, bit 3 the sign) of v = fp32(x * inv) for a UE8M0 reciprocal inv:
+    formats.encode_e2m1(v) bit for bit, given that x is a bfloat16 or float16 value (8 or 11
+    significant bits; not float32), m = e2m1_denormal_multiplier(inv) is nonzero or inv is 0, below
+    = e2m1_sign_threshold(1 / inv), and |v| <= 6 (inv is the reciprocal of the UE8M0 scale of a
+    group holding x: the scale is at least amax / 6) unless x is Inf or NaN. Where the multiplier
+    underflows (inv < 2**-23), pass x * inv, 2**-126 and -0.0: the same code, one multiply more.
+    The sum and the sign enter the code by addition, so callers that add codes into words (as
+    code << 4i, wrapping) let the compiler fold every code's constant into one.
+
+    w = x * m is v * 2**-126 in one rounding, and e2m1 is a float with one mantissa bit whose
+    smallest normal is 1: w's fp32 bits are v's magnitude code followed by 22 more bits (below 1, w
+    is an fp32 denormal and bits = |v| * 2**23, uniformly spaced; from 1 up the exponent field
+    counts binades as e2m1's does: 1.0 -> 2 << 22, 6.0 -> 7 << 22). The product is exact when
+    |v| >= 2**-13 (11 significant bits fit above 2**-149); smaller ones round monotonically to at
+    most 2**-139, far below the first boundary 0.25 (float32 x would round here, onto the 0.75 and
+    1.75 ties: it keeps e2m1_code). fmaxf(|w|, 0) maps NaN (Inf * 0 included) to 0.
+
+    The code is bits / 2**22 rounded to nearest, ties to even (a grid midpoint 0.25, 0.75, ..., 5
+    lies between codes that differ in bit 22). bits >> 2 is at most 7 << 20, an fp32 denormal whose
+    value is linear in its bits; adding 2**-106, whose ulp is 2**20 denormal steps, rounds it to the
+    nearest multiple with ties to even, and the sum's bits less 2**-106's are the code. The two bits
+    dropped are zero unless |v| < 2**-11 (11 significant bits), whose code is 0 either way. The sign is v < 0, which is
+    not w's (-0.0, and products that round to -0, carry no sign in the contract, and w rounds to -0
+    far sooner than v): x < below says it exactly.
+    """
+    bits = T.reinterpret(T.max(T.abs(x * m), T.float32(0)), "uint32")
+    # The sign bit rides on the addend: 2**-106 plus 8 of its ulps adds 8 to the sum's bits.
+    bias = T.if_then_else(x < below, T.float32(2.0**-106 + 8 * 2.0**-129), T.float32(2.0**-106))
+    return T.reinterpret(T.reinterpret(bits >> T.uint32(2), "float32") + bias, "uint32") - T.uint32(_E2M1_DENORMAL_BIAS)
 
 
 def ue8m0_value(byte):

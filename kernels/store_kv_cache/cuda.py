@@ -364,6 +364,18 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                 cache[block, off, first + i * width + v] = src[i * width + v]
 
     @T.macro
+    def encode_fp4(pairs, m, below, pre, words):
+        """words = the lane's e2m1 codes of x * pre (tl_formats.e2m1_code_denormal with m and below),
+        8 per word, element e in bits [4 (e % 8), 4 (e % 8) + 4) of word e // 8. Codes enter by
+        addition (they do not overlap), so the encoder's constants fold into one per word."""
+        for w in T.unroll(n // 8):
+            words[w] = T.uint32(0)
+        for q in T.unroll(n // 2):
+            lo = F.e2m1_code_denormal(F.bf16_pair_value(pairs[q], 0) * pre, m, below)
+            hi = F.e2m1_code_denormal(F.bf16_pair_value(pairs[q], 1) * pre, m, below)
+            words[q // 4] = words[q // 4] + T.shift_left(lo + T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
+
+    @T.macro
     def body(kv, slot_mapping, cache, out_of_range, t, num_blocks):
         with T.Kernel(T.ceildiv(t, rows), threads=_BLOCK_THREADS) as bx:
             tx = T.get_thread_binding(0)
@@ -371,11 +383,13 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
             row = T.cast(bx * rows + tx // lanes, "int64")
             buf = T.alloc_local((n,), "bfloat16")
             rope = T.alloc_local((rope_steps, lvec), "bfloat16")
-            codes = T.alloc_local((out_bytes,), "uint8")
+            words = T.alloc_local((out_bytes // 4,), "uint32")  # FP4: 8 e2m1 codes per word
+            codes = T.view(words, (out_bytes,), "uint8")
+            pairs = T.view(buf, (n // 2,), "uint32")
             rb = T.alloc_local((2 * lvec,), "uint8")
             sb = T.alloc_local((4,), "uint8")  # the group's scale as bytes (FP4: one byte)
             amax = T.alloc_local((1,), "float32")
-            inv = T.alloc_local((1,), "float32")
+            sc = T.alloc_local((3,), "float32")  # inv, e2m1_denormal_multiplier(inv), e2m1_sign_threshold
             slot = T.alloc_local((1,), "int64")
             amax[0] = T.float32(0)
             slot[0] = T.int64(-1)
@@ -391,8 +405,8 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                     if lane + s * lanes < rope_vectors:
                         for v in T.vectorized(lvec):
                             rope[s, v] = kv[row, LATENT + (lane + s * lanes) * lvec + v]
-                for e in T.unroll(n):
-                    amax[0] = F.abs_max(amax[0], T.cast(buf[e], "float32"))
+                for q in T.unroll(n // 2):
+                    amax[0] = F.abs_max(F.abs_max(amax[0], F.bf16_pair_value(pairs[q], 0)), F.bf16_pair_value(pairs[q], 1))
             # A group of 128 spans 4 lanes; every lane of the warp takes part (rows past t hold 0).
             for i in T.unroll(shuffles):
                 amax[0] = T.max(amax[0], T.shfl_xor(amax[0], 1 << i))
@@ -400,19 +414,22 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                 block = slot[0] // block_size
                 off = slot[0] % block_size
                 if fp4:
-                    inv[0] = F.group_scale(amax[0], E2M1_MAX, True)
-                    sb[0] = F.ue8m0_exponent(inv[0])
-                    inv[0] = F.scale_reciprocal(inv[0], True)
-                    for p in T.unroll(n // 2):
-                        codes[p] = F.e2m1_code(T.cast(buf[2 * p], "float32") * inv[0]) | T.shift_left(
-                            F.e2m1_code(T.cast(buf[2 * p + 1], "float32") * inv[0]), T.uint8(4)
-                        )
+                    sc[2] = F.group_scale(amax[0], E2M1_MAX, True)
+                    sb[0] = F.ue8m0_exponent(sc[2])
+                    sc[0] = F.scale_reciprocal(sc[2], True)
+                    sc[2] = F.e2m1_sign_threshold(sc[2])
+                    sc[1] = F.e2m1_denormal_multiplier(sc[0])
+                    # Scales above 2**23 underflow the multiplier: two multiplies then.
+                    if sc[1] != T.float32(0) or sc[0] == T.float32(0):
+                        encode_fp4(pairs, sc[1], sc[2], T.float32(1), words)
+                    else:
+                        encode_fp4(pairs, T.float32(2.0**-126), T.float32(-0.0), sc[0], words)
                     cache[block, off, layout.scale_offset + lane] = sb[0]
                 else:
                     amax[0] = F.group_scale(amax[0], E4M3_MAX, True)
-                    inv[0] = F.scale_reciprocal(amax[0], True)
+                    sc[0] = F.scale_reciprocal(amax[0], True)
                     for e in T.unroll(n):
-                        codes[e] = T.reinterpret(F.e4m3(T.cast(buf[e], "float32") * inv[0]), "uint8")
+                        codes[e] = T.reinterpret(F.e4m3(T.cast(buf[e], "float32") * sc[0]), "uint8")
                     if lane % 4 == 0:
                         for b in T.unroll(4):
                             sb[b] = T.cast((T.reinterpret(amax[0], "uint32") >> T.uint32(8 * b)) & T.uint32(0xFF), "uint8")
