@@ -1,5 +1,5 @@
-"""Interface of `fused_sample`: the sampler's (kernels/sampler/api.py) in one launch from logits to
-token. Same arguments, same validation, same result, token for token:
+"""Interface of `fused_sample`: the sampler's (kernels/sampler/api.py) from logits to token, with
+the row split over many blocks. Same arguments, same validation, same result, token for token:
 
     tokens, logprobs, empty = tilelang_ops.fused_sample(logits, temperature, top_k, top_p, min_p, seed,
                                                         offset, return_logprobs=False, out=None)
@@ -19,13 +19,16 @@ rounding of the normalising sum.
 
 Dispatch:
   CPU tensors            the PyTorch reference.
-  B <= ref.MAX_ROWS      one fused_sample_tl kernel. On CUDA, every row is split into chunks of
+  B <= ref.MAX_ROWS      On CUDA, two launches. fused_sample_tl splits every row into chunks of
                          ref.CHUNK entries, one block each, and the last block of a row to finish
                          completes it (kernels/fused_sample/cuda.py), with a workspace from the
                          caching allocator (no launch: B * ceil(V / ref.CHUNK) * 2068 bytes, about
-                         1/16 of the fp32 logits' size) and a per-device, per-stream counter array
-                         that every launch leaves zeroed. On Ascend, the sampler's kernel under this
-                         name.
+                         1/16 of the fp32 logits' size) and a per-device, per-stream counter array;
+                         a row whose candidate lists could not hold it (many equal logits, top-k
+                         above 256 on a large row) is left flagged in its counter, and
+                         sampler_flagged_tl (one block a row, the others return at once) samples
+                         those rows with the sampler's passes and zeroes the counters again. On
+                         Ascend, the sampler's kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
                          ref.MAX_ROWS rows.
 Either kernel takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic
@@ -48,7 +51,8 @@ from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_refe
 __all__ = ["fused_sample"]
 
 # (device index, stream) -> the int32 arrival counters of that stream's launches, all zero between
-# launches (the kernel's last block of a row resets its counter).
+# calls (fused_sample_tl's last block of a row resets its counter, or leaves 1 for
+# sampler_flagged_tl, which resets it).
 _ARRIVALS: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -101,5 +105,10 @@ def fused_sample(
     ops = backend_ops(name, logits).ops
     if B > ref.MAX_ROWS:
         return launch(ops.sampler_tl, *args, result)
-    workspace = _workspace(B, V, logits.device) if logits.device.type == "cuda" else ()
-    return launch(ops.fused_sample_tl, *args, result, workspace)
+    if logits.device.type != "cuda":
+        return launch(ops.fused_sample_tl, *args, result)
+    workspace = _workspace(B, V, logits.device)
+    launch(ops.fused_sample_tl, *args, result, workspace)
+    # The rows whose candidate lists could not hold them, flagged in the counters: the sampler's
+    # passes over those rows only (every other block returns at once), which zero the flags again.
+    return launch(ops.sampler_flagged_tl, *args, result, workspace[-1:])

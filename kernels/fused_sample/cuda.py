@@ -13,7 +13,8 @@ alignment rules), with B <= ref.MAX_ROWS (kernels/fused_sample/ref.py). The rest
                              number of candidates (above ref.LIST_CAP: the list overflowed)
   list_s    (W, ref.LIST_CAP) float32, list_id (W, ref.LIST_CAP) int32: the chunk's candidates
             (s and id), in no order
-  arrivals  (>= B,) int32    zero before the launch, and left zero after it
+  arrivals  (>= B,) int32    zero before the launch; after it 1 for each row left to the second
+                             launch (below), 0 for the others
 No entry of the workspace needs a value before the launch except arrivals.
 
 Semantics are `kernels.sampler.ref` (the contract), token for token: the candidates only decide which
@@ -23,7 +24,7 @@ thread and warp order, the chunks rescaled to the row max and added in chunk ord
 ordinary chunks (step 2), x in place of s and exp2f in place of expf (the logprob stays within
 1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
 
-Grid (n, B), _THREADS threads a block, two blocks an SM; block (c, b) reads chunk c of row b once,
+Grid (n, B), _THREADS threads a block, three blocks an SM; block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
 decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d):
   1. The chunk's max of x (NaN never wins), its finite count (x > -inf) and T0 (below, in x).
@@ -64,12 +65,15 @@ top-k's survivors (w and id), takes top-p's threshold over them by ranks when at
 survive (top_p_by_ranks, one pass), else by radix_select (integer masses), then races the kept
 entries, over the listed survivors when there are at most _THREADS (finish_from_lists). A row whose
 lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER
-on a large row, finite logits whose s all underflow) is finished by the same block with the
-sampler's passes over the row itself (sample_row: correct, at one SM's share of bandwidth per pass).
+on a large row, finite logits whose s all underflow) is left to a second launch, the sampler's
+passes over the row itself (kernels/sampler/cuda.py sampler_flagged_tl: correct, at one SM's share
+of bandwidth per pass): its block writes nothing but arrivals[b] = 1. Without those passes the
+block needs 38 KB of shared memory (they took 66 KB more) and 80 registers: three blocks an SM.
 
-Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9:
-19.8 us at B = 1, 84.2 us at B = 128, 282.2 us at B = 512 (the sampler's kernel: 248 / 275 / 1089
-us in the same run).
+Speed (H200 benchmark, kernels/fused_sample/PERF.md), of the one-launch kernel before the passes
+moved out (two blocks an SM): V 129280 fp32 with top-k 50, top-p 0.9: 19.8 us at B = 1, 84.2 us
+at B = 128, 282.2 us at B = 512 (the sampler's kernel: 248 / 275 / 1089 us in the same run). This
+layout is not yet measured.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -78,6 +82,7 @@ import types
 
 import tilelang
 import tilelang.language as T
+from tilelang.transform import PassConfigKey
 
 from kernels.fused_sample.ref import CHUNK, LIST_CAP, check_config, fused_sample_shipped_configs
 from kernels.interface import INT32_MAX
@@ -100,7 +105,6 @@ from kernels.sampler.cuda import (
     weight,
     alloc_row,
     decide_max,
-    sample_row,
     scan_bins,
     write_race,
 )
@@ -109,11 +113,15 @@ from kernels.tl_bits import lowest_set_bit
 
 __all__ = ["fused_sample_shipped_configs", "fused_sample_tl"]
 
-# 256 threads and at most 128 registers each: two blocks an SM, so one block's loads overlap the
-# other's arithmetic (sample_row needs at least 256 threads: one per radix bin). Three blocks (80
-# registers) were 18% faster at B = 128 but spill (PERF.md).
+# 256 threads and at most 80 registers each: three blocks an SM, so two blocks' loads overlap the
+# third's arithmetic (radix passes take one bin a thread: at least 256 threads). The sampler's own
+# passes for rows the lists cannot hold run in a second launch (sampler_flagged_tl), which keeps
+# their shared memory and code out of this kernel.
 _THREADS = 256
-_BLOCKS_PER_SM = 2
+_BLOCKS_PER_SM = 3
+# ptxas's most conservative register allocation: at the default level the vectorised sm_90a
+# configurations spill 8 bytes within 80 registers, at level 0 none does (codegen tests).
+_PASS_CONFIGS = {**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0}
 _WARP = 32
 _WARPS = _THREADS // _WARP
 _SHUFFLES = 5
@@ -124,9 +132,9 @@ _PER_THREAD = CHUNK // _THREADS
 _MERGE_CAP = 4095
 # List entries a lane of the gathering warp holds: a whole list (at most LIST_CAP) a warp.
 _GATHER = LIST_CAP // _WARP
-# Chunks a warp gathers at once: 3 x 8 warps cover the 16-19 chunks of the models' vocabularies in
-# one round trip.
-_GATHER_CHUNKS = 3
+# Chunks a warp gathers at once. Three (8 warps x 3 cover the 16-19 chunks of the models'
+# vocabularies in one round trip) spill 112 bytes within 80 registers, two 20: one.
+_GATHER_CHUNKS = 1
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -455,7 +463,7 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
         write_race(bx, row, logits, t, m, mode, best_id, norm, r.s, r.st, token, logprob, empty)
 
 
-@tilelang.jit(pass_configs=PASS_CONFIGS)
+@tilelang.jit(pass_configs=_PASS_CONFIGS)
 def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
     chunk_f, chunk_i, list_s, list_id, arrivals) for these static arguments (memoised)."""
@@ -812,13 +820,14 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         T.atomic_min(lo_img[0], img_lo[0])
                     if tx == 0:
                         # The row's mode and filters (and the outputs of empty and +inf rows), while
-                        # the other warps' list reads are in flight. sample_row settles its own.
+                        # the other warps' list reads are in flight.
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                     T.sync_threads()
                     img_lo[0] = lo_img[0]
                     finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
-                else:
-                    # Lists that could not hold the row: the sampler's passes over the row itself.
-                    sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
+                elif tx == 0:
+                    # Lists that could not hold the row: flagged for the sampler's passes over the
+                    # row itself in the second launch (sampler_flagged_tl), which clears the flag.
+                    arrivals[bx] = 1
 
     return fused_sample

@@ -216,6 +216,9 @@ def test_cuda_config_compiles_without_spills(arch, config):
     # Also checks the shared memory (the row slice) fits the per-block limit.
     report = codegen_cuda.check_cuda_resources(cuda.fused_sample_tl, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+    # The blocks an SM the kernel is laid out for (its launch bounds cap the registers) fit the
+    # SM's 228 KB of shared memory, of which 1 KB a block is reserved.
+    assert cuda._BLOCKS_PER_SM * (report.smem_bytes + 1024) <= 228 * 1024
 
 
 @pytest.mark.codegen_ascend

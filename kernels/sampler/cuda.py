@@ -61,11 +61,12 @@ import types
 
 import tilelang
 import tilelang.language as T
+from tilelang.transform import PassConfigKey
 
 from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
 from kernels.sampler.ref import MASS_BITS, check_config, sampler_shipped_configs
 
-__all__ = ["alloc_row", "sample_row", "sampler_shipped_configs", "sampler_tl"]
+__all__ = ["alloc_row", "sample_row", "sampler_flagged_tl", "sampler_shipped_configs", "sampler_tl"]
 
 # 512 threads leave each thread up to 128 registers (1024 would cap them at 64 and spill).
 _THREADS = 512
@@ -541,3 +542,44 @@ def sampler_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             sample_row(r, tx, bx, T.cast(bx, "int64"), logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
 
     return sampler
+
+
+# The flag's branch around sample_row costs sm_100a's vectorised configurations an 8-byte spill
+# within 128 registers at ptxas's default register usage level; at level 0 none spills.
+@tilelang.jit(pass_configs={**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0})
+def sampler_flagged_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
+    """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
+    flags): sampler_tl's rows b whose flags[b] (int32, at least B of them) is nonzero, each then
+    set back to 0; every other block returns at once and writes nothing. fused_sample's second
+    launch: the rows whose candidate lists could not hold them (kernels/fused_sample/cuda.py)."""
+    check_config("sampler_flagged_tl", dtype, vec, top_k_dtype)
+    B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
+    F = T.dynamic("flag_slots")
+
+    @T.prim_func
+    def sampler_flagged(
+        logits: T.StridedTensor((B, V), (S, 1), dtype),
+        temperature: T.Tensor((B,), "float32"),
+        top_k: T.Tensor((B,), top_k_dtype),
+        top_p: T.Tensor((B,), "float32"),
+        min_p: T.Tensor((B,), "float32"),
+        seed: T.Tensor((B,), "int64"),
+        offset: T.Tensor((B,), "int64"),
+        token: T.Tensor((B,), "int64"),
+        logprob: T.Tensor((B,), "float32"),
+        empty: T.Tensor((B,), "uint8"),
+        flags: T.Tensor((F,), "int32"),
+    ):
+        with T.Kernel(B, threads=_THREADS) as bx:
+            tx = T.get_thread_binding(0)
+            r = alloc_row(dtype, vec, _THREADS, _CAP)
+            flagged = T.alloc_local((1,), "int32")
+            T.assume(S % vec == 0)
+            flagged[0] = flags[bx]
+            if flagged[0] != 0:
+                sample_row(r, tx, bx, T.cast(bx, "int64"), logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
+                # After sample_row's barriers, so every thread has read the flag.
+                if tx == 0:
+                    flags[bx] = 0
+
+    return sampler_flagged

@@ -489,13 +489,15 @@ def _config_id(config) -> str:
 
 
 @pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", ["sampler_tl", "sampler_flagged_tl"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", ref.sampler_shipped_configs(), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+def test_cuda_config_compiles_without_spills(factory, arch, config):
     from kernels.sampler import cuda
     from testing import codegen_cuda
 
-    lowered = codegen_cuda.lower_cuda(cuda.sampler_tl, *config, arch=arch)
+    make = getattr(cuda, factory)
+    lowered = codegen_cuda.lower_cuda(make, *config, arch=arch)
     source = lowered.source
     # w and the race keys must be torch's float32 expf / logf / division bit for bit.
     assert "expf(" in source and "logf(" in source
@@ -505,7 +507,7 @@ def test_cuda_config_compiles_without_spills(arch, config):
     dtype, vec, _ = config
     if vec * (4 if dtype == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
-    report = codegen_cuda.check_cuda_resources(cuda.sampler_tl, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(make, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
