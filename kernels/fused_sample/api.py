@@ -19,14 +19,16 @@ rounding of the normalising sum.
 
 Dispatch:
   CPU tensors            the PyTorch reference.
-  B <= ref.MAX_ROWS      On CUDA, two launches. fused_sample_tl splits every row into chunks of
-                         ref.CHUNK entries, one block each, and the last block of a row to finish
-                         completes it (kernels/fused_sample/cuda.py), with a workspace from the
-                         caching allocator (no launch: B * ceil(V / ref.CHUNK) * 2068 bytes, about
-                         1/16 of the fp32 logits' size) and a per-device, per-stream counter array;
-                         a row whose candidate lists could not hold it (many equal logits, top-k
-                         above 256 on a large row) is left flagged in its counter, and
-                         sampler_flagged_tl (one block a row, the others return at once) samples
+  B <= ref.MAX_ROWS      On CUDA, every row is split into chunks of ref.CHUNK entries, one block
+                         each, and the last block of a row to finish completes it
+                         (kernels/fused_sample/cuda.py), with a workspace from the caching
+                         allocator (no launch: B * ceil(V / ref.CHUNK) * 2068 bytes, about 1/16 of
+                         the fp32 logits' size) and a per-device, per-stream counter array. Below
+                         FLAGGING_MIN_ROWS rows, one launch of fused_sample_tl. From there on,
+                         fused_sample_flagging_tl (three blocks an SM) leaves a row whose
+                         candidate lists could not hold it (many equal logits, top-k above 256 on
+                         a large row) flagged in its counter, and a second launch,
+                         sampler_flagged_tl (one block a row, the others return at once), samples
                          those rows with the sampler's passes and zeroes the counters again. On
                          Ascend, the sampler's kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
@@ -50,8 +52,13 @@ from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_refe
 
 __all__ = ["fused_sample"]
 
+# From this many rows the three-blocks-an-SM kernel and its second launch are faster. H200, V 129280
+# fp32 / 151936 bf16, top-k 50, top-p 0.9, one launch against two, us: B = 1 19.8 / 23.4 and 21.0 /
+# 25.7, B = 8 20.8 / 24.5 and 22.9 / 26.9, B = 64 51.3 / 45.3 and 53.9 / 52.3 (kernels/fused_sample/PERF.md).
+FLAGGING_MIN_ROWS = 64
+
 # (device index, stream) -> the int32 arrival counters of that stream's launches, all zero between
-# calls (fused_sample_tl's last block of a row resets its counter, or leaves 1 for
+# calls (the last block of a row resets its counter, or fused_sample_flagging_tl's leaves 1 for
 # sampler_flagged_tl, which resets it).
 _ARRIVALS: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -108,7 +115,9 @@ def fused_sample(
     if logits.device.type != "cuda":
         return launch(ops.fused_sample_tl, *args, result)
     workspace = _workspace(B, V, logits.device)
-    launch(ops.fused_sample_tl, *args, result, workspace)
+    if B < FLAGGING_MIN_ROWS:
+        return launch(ops.fused_sample_tl, *args, result, workspace)
+    launch(ops.fused_sample_flagging_tl, *args, result, workspace)
     # The rows whose candidate lists could not hold them, flagged in the counters: the sampler's
     # passes over those rows only (every other block returns at once), which zero the flags again.
     return launch(ops.sampler_flagged_tl, *args, result, workspace[-1:])

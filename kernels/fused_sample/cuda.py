@@ -1,7 +1,8 @@
 """NVIDIA TileLang implementation of `fused_sample`: the sampler's filters and race with each row split
 into chunks read by many blocks at once, and finished by the last of them.
 
-    k = fused_sample_tl(dtype, vec, top_k_dtype)
+    k = fused_sample_tl(dtype, vec, top_k_dtype)            # one launch
+    k = fused_sample_flagging_tl(dtype, vec, top_k_dtype)   # three blocks an SM, a second launch
     k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
       chunk_f, chunk_i, list_s, list_id, arrivals)
 
@@ -13,8 +14,9 @@ alignment rules), with B <= ref.MAX_ROWS (kernels/fused_sample/ref.py). The rest
                              number of candidates (above ref.LIST_CAP: the list overflowed)
   list_s    (W, ref.LIST_CAP) float32, list_id (W, ref.LIST_CAP) int32: the chunk's candidates
             (s and id), in no order
-  arrivals  (>= B,) int32    zero before the launch; after it 1 for each row left to the second
-                             launch (below), 0 for the others
+  arrivals  (>= B,) int32    zero before the launch; after it zero (fused_sample_tl), or 1 for
+                             each row left to the second launch and 0 for the others
+                             (fused_sample_flagging_tl, below)
 No entry of the workspace needs a value before the launch except arrivals.
 
 Semantics are `kernels.sampler.ref` (the contract), token for token: the candidates only decide which
@@ -57,7 +59,7 @@ decreases as x grows, so the chunk's max of s is its max of x divided, m = max x
 The block that arrives last resets the counter and finishes the row, reading the others' records
 and lists through L2 (__ldcg: L1 is not coherent across SMs). It folds the n records (row max,
 lowest id, finite count, normaliser), gathers the lists into shared memory (at most _MERGE_CAP
-entries; each warp reads up to _GATHER_CHUNKS lists at once) while thread 0 settles the row with
+entries; each warp reads up to gather_chunks lists at once) while thread 0 settles the row with
 the sampler's decide_max (empty and +inf rows end there), and takes top-k's threshold over them
 exactly (top_k_threshold: 8-bit radix passes of integer counts over the images less the smallest,
 from the highest bit of their span, ending once the threshold's bin is taken whole), lists
@@ -65,20 +67,28 @@ top-k's survivors (w and id), takes top-p's threshold over them by ranks when at
 survive (top_p_by_ranks, one pass), else by radix_select (integer masses), then races the kept
 entries, over the listed survivors when there are at most _THREADS (finish_from_lists). A row whose
 lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER
-on a large row, finite logits whose s all underflow) is left to a second launch, the sampler's
-passes over the row itself (kernels/sampler/cuda.py sampler_flagged_tl: correct, at one SM's share
-of bandwidth per pass): its block writes nothing but arrivals[b] = 1. Without those passes the
-block needs 38 KB of shared memory (they took 66 KB more) and 80 registers: three blocks an SM.
+on a large row, finite logits whose s all underflow) takes the sampler's passes over the row
+itself (correct, at one SM's share of bandwidth per pass). Two compiled forms differ only there:
+  fused_sample_tl           the same block runs them (sample_row): one launch, but their 66 KB of
+                            shared memory and their registers leave room for two blocks an SM.
+  fused_sample_flagging_tl  the block writes nothing but arrivals[b] = 1, and a second launch,
+                            kernels/sampler/cuda.py's sampler_flagged_tl, samples the flagged rows
+                            and clears the flags. Without the passes a block needs 38 KB and 80
+                            registers: three blocks an SM, the loads of two overlapping the third's
+                            arithmetic, at the cost of that launch and fewer lists gathered at once.
+The interface takes the first for small batches, where a launch is a large share of the time, and
+the second from api.FLAGGING_MIN_ROWS rows.
 
-Speed (H200 benchmark, kernels/fused_sample/PERF.md), of the one-launch kernel before the passes
-moved out (two blocks an SM): V 129280 fp32 with top-k 50, top-p 0.9: 19.8 us at B = 1, 84.2 us
-at B = 128, 282.2 us at B = 512 (the sampler's kernel: 248 / 275 / 1089 us in the same run). This
-layout is not yet measured.
+Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9,
+fused_sample_tl / fused_sample_flagging_tl + sampler_flagged_tl: B = 1 19.8 / 23.4 us, B = 64
+51.3 / 45.3 us, B = 128 84.0 / 70.7 us, B = 512 281.5 / 215.9 us (the sampler's kernel: 247 / 250
+/ 274 / 1084 us).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
 import types
+from typing import NamedTuple
 
 import tilelang
 import tilelang.language as T
@@ -105,23 +115,17 @@ from kernels.sampler.cuda import (
     weight,
     alloc_row,
     decide_max,
+    sample_row,
     scan_bins,
     write_race,
 )
 from kernels.sampler.ref import MASS_BITS
 from kernels.tl_bits import lowest_set_bit
 
-__all__ = ["fused_sample_shipped_configs", "fused_sample_tl"]
+__all__ = ["fused_sample_flagging_tl", "fused_sample_shipped_configs", "fused_sample_tl"]
 
-# 256 threads and at most 80 registers each: three blocks an SM, so two blocks' loads overlap the
-# third's arithmetic (radix passes take one bin a thread: at least 256 threads). The sampler's own
-# passes for rows the lists cannot hold run in a second launch (sampler_flagged_tl), which keeps
-# their shared memory and code out of this kernel.
+# 256 threads: radix passes take one bin a thread.
 _THREADS = 256
-_BLOCKS_PER_SM = 3
-# ptxas's most conservative register allocation: at the default level the vectorised sm_90a
-# configurations spill 8 bytes within 80 registers, at level 0 none does (codegen tests).
-_PASS_CONFIGS = {**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0}
 _WARP = 32
 _WARPS = _THREADS // _WARP
 _SHUFFLES = 5
@@ -132,9 +136,21 @@ _PER_THREAD = CHUNK // _THREADS
 _MERGE_CAP = 4095
 # List entries a lane of the gathering warp holds: a whole list (at most LIST_CAP) a warp.
 _GATHER = LIST_CAP // _WARP
-# Chunks a warp gathers at once. Three (8 warps x 3 cover the 16-19 chunks of the models'
-# vocabularies in one round trip) spill 112 bytes within 80 registers, two 20: one.
-_GATHER_CHUNKS = 1
+
+
+class _Layout(NamedTuple):
+    """What one compiled form fixes (module docstring: the two forms)."""
+
+    blocks_per_sm: int  # the launch bounds: at most 65536 / (blocks_per_sm * _THREADS) registers
+    gather_chunks: int  # lists a warp of the finishing block reads at once
+    flag_overflow: bool  # a row the lists cannot hold: True flags it, False runs sample_row here
+
+
+# sample_row's shared memory and registers fit two blocks an SM; 3 x 8 warps gather the 16-19
+# chunks of the models' vocabularies in one round trip.
+_ONE_LAUNCH = _Layout(blocks_per_sm=2, gather_chunks=3, flag_overflow=False)
+# 80 registers a thread, within which gathering three / two chunks at once spills 112 / 20 bytes.
+_FLAGGING = _Layout(blocks_per_sm=3, gather_chunks=1, flag_overflow=True)
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -463,11 +479,26 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
         write_race(bx, row, logits, t, m, mode, best_id, norm, r.s, r.st, token, logprob, empty)
 
 
-@tilelang.jit(pass_configs=_PASS_CONFIGS)
+@tilelang.jit(pass_configs=PASS_CONFIGS)
 def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
-    chunk_f, chunk_i, list_s, list_id, arrivals) for these static arguments (memoised)."""
-    check_config("fused_sample_tl", dtype, vec, top_k_dtype)
+    chunk_f, chunk_i, list_s, list_id, arrivals) for these static arguments (memoised): one launch,
+    arrivals left zero."""
+    return _fused_sample("fused_sample_tl", _ONE_LAUNCH, dtype, vec, top_k_dtype)
+
+
+# ptxas's most conservative register allocation: at the default level the vectorised sm_90a
+# configurations spill 8 bytes within 80 registers, at level 0 none does (codegen tests).
+@tilelang.jit(pass_configs={**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0})
+def fused_sample_flagging_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
+    """fused_sample_tl's kernel, except that a row its lists cannot hold is left with arrivals[b] = 1
+    and no output, for kernels/sampler/cuda.py's sampler_flagged_tl to sample (memoised)."""
+    return _fused_sample("fused_sample_flagging_tl", _FLAGGING, dtype, vec, top_k_dtype)
+
+
+def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype: str):
+    check_config(name, dtype, vec, top_k_dtype)
+    gather_chunks = layout.gather_chunks
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
     W, A = T.dynamic("chunk_slots"), T.dynamic("arrival_slots")
     loads = _PER_THREAD // vec
@@ -496,7 +527,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
         arrivals: T.Tensor((A,), "int32"),
     ):
         with T.Kernel(T.ceildiv(V, CHUNK), B, threads=_THREADS) as (cx, bx):
-            T.annotate_min_blocks_per_sm(_BLOCKS_PER_SM)
+            T.annotate_min_blocks_per_sm(layout.blocks_per_sm)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row and record index: every offset into logits and the workspace is 64-bit.
@@ -538,14 +569,14 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             mask = T.alloc_local((1,), "uint32")
             pre = T.alloc_local((1,), "uint32")
             pos = T.alloc_local((1,), "int32")
-            gather_s = T.alloc_local((_GATHER_CHUNKS * _GATHER,), "float32")
-            gather_n = T.alloc_local((_GATHER_CHUNKS,), "int32")
-            gather_at = T.alloc_local((_GATHER_CHUNKS,), "int32")
+            gather_s = T.alloc_local((gather_chunks * _GATHER,), "float32")
+            gather_n = T.alloc_local((gather_chunks,), "int32")
+            gather_at = T.alloc_local((gather_chunks,), "int32")
             row_seed = T.alloc_local((1,), "int64")
             row_offset = T.alloc_local((1,), "int64")
             cr = alloc_record()
             chunk_n = T.alloc_shared((_THREADS,), "int32", scope="shared")
-            gather_id = T.alloc_local((_GATHER_CHUNKS * _GATHER,), "int32")
+            gather_id = T.alloc_local((gather_chunks * _GATHER,), "int32")
             ncand = T.alloc_local((1,), "int32")
             up = T.alloc_local((1,), "int32")
             xmax = T.alloc_local((1,), "float32")
@@ -789,17 +820,17 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
                 over[0] = fast[0]
                 if over[0] != 0:
-                    # The lists into shared memory as s: a warp a chunk, _GATHER_CHUNKS chunks a
+                    # The lists into shared memory as s: a warp a chunk, gather_chunks chunks a
                     # warp at once, places claimed with one atomic a chunk. All of a lane's list
                     # reads are issued before the first lands (one L2 round trip for up to
-                    # _GATHER_CHUNKS * _WARPS chunks). The smallest image of s goes to lo_img.
+                    # gather_chunks * _WARPS chunks). The smallest image of s goes to lo_img.
                     img_lo[0] = T.uint32(0xFFFFFFFF)
-                    for i in T.serial(T.ceildiv(n_chunks, _GATHER_CHUNKS * _WARPS)):
-                        for c in T.unroll(_GATHER_CHUNKS):
+                    for i in T.serial(T.ceildiv(n_chunks, gather_chunks * _WARPS)):
+                        for c in T.unroll(gather_chunks):
                             gather_n[c] = 0
-                            if (i * _GATHER_CHUNKS + c) * _WARPS + warp < n_chunks:
-                                rc = row * T.cast(n_chunks, "int64") + T.cast((i * _GATHER_CHUNKS + c) * _WARPS + warp, "int64")
-                                gather_n[c] = T.if_then_else(n_chunks <= _THREADS, chunk_n[(i * _GATHER_CHUNKS + c) * _WARPS + warp], _l2(chunk_i, rc, 2))
+                            if (i * gather_chunks + c) * _WARPS + warp < n_chunks:
+                                rc = row * T.cast(n_chunks, "int64") + T.cast((i * gather_chunks + c) * _WARPS + warp, "int64")
+                                gather_n[c] = T.if_then_else(n_chunks <= _THREADS, chunk_n[(i * gather_chunks + c) * _WARPS + warp], _l2(chunk_i, rc, 2))
                                 gather_at[c] = 0
                                 if lane == 0:
                                     gather_at[c] = T.atomic_add(listed[0], gather_n[c], return_prev=True)
@@ -807,7 +838,7 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                                     if e * _WARP + lane < gather_n[c]:
                                         gather_s[c * _GATHER + e] = _l2(list_s, rc, e * _WARP + lane)
                                         gather_id[c * _GATHER + e] = _l2(list_id, rc, e * _WARP + lane)
-                        for c in T.unroll(_GATHER_CHUNKS):
+                        for c in T.unroll(gather_chunks):
                             gather_at[c] = T.shfl_sync(gather_at[c], 0)
                             for e in T.unroll(_GATHER):
                                 if e * _WARP + lane < gather_n[c]:
@@ -820,14 +851,18 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
                         T.atomic_min(lo_img[0], img_lo[0])
                     if tx == 0:
                         # The row's mode and filters (and the outputs of empty and +inf rows), while
-                        # the other warps' list reads are in flight.
+                        # the other warps' list reads are in flight (sample_row settles its own).
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                     T.sync_threads()
                     img_lo[0] = lo_img[0]
                     finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
-                elif tx == 0:
+                elif layout.flag_overflow:
                     # Lists that could not hold the row: flagged for the sampler's passes over the
                     # row itself in the second launch (sampler_flagged_tl), which clears the flag.
-                    arrivals[bx] = 1
+                    if tx == 0:
+                        arrivals[bx] = 1
+                else:
+                    # Lists that could not hold the row: the sampler's passes over the row itself.
+                    sample_row(r, tx, bx, row, logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)
 
     return fused_sample

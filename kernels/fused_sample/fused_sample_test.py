@@ -195,15 +195,17 @@ def _config_id(config) -> str:
 
 
 @pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory,layout", [("fused_sample_tl", "_ONE_LAUNCH"), ("fused_sample_flagging_tl", "_FLAGGING")])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", ref.fused_sample_shipped_configs(), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+def test_cuda_config_compiles_without_spills(factory, layout, arch, config):
     # Imported here: the other suites collect without the CUDA backend.
     from kernels.fused_sample import cuda
     from testing import codegen_cuda
 
     assert cuda.fused_sample_shipped_configs() == ref.fused_sample_shipped_configs()
-    lowered = codegen_cuda.lower_cuda(cuda.fused_sample_tl, *config, arch=arch)
+    make, blocks_per_sm = getattr(cuda, factory), getattr(cuda, layout).blocks_per_sm
+    lowered = codegen_cuda.lower_cuda(make, *config, arch=arch)
     source = lowered.source
     # w and the race keys must be torch's float32 expf / logf / division bit for bit.
     assert "expf(" in source and "logf(" in source
@@ -214,11 +216,11 @@ def test_cuda_config_compiles_without_spills(arch, config):
     if vec * (4 if dtype == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
     # Also checks the shared memory (the row slice) fits the per-block limit.
-    report = codegen_cuda.check_cuda_resources(cuda.fused_sample_tl, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(make, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
     # The blocks an SM the kernel is laid out for (its launch bounds cap the registers) fit the
     # SM's 228 KB of shared memory, of which 1 KB a block is reserved.
-    assert cuda._BLOCKS_PER_SM * (report.smem_bytes + 1024) <= 228 * 1024
+    assert blocks_per_sm * (report.smem_bytes + 1024) <= 228 * 1024
 
 
 @pytest.mark.codegen_ascend
@@ -265,6 +267,14 @@ def _row_params(device, temperature, top_k, top_p, min_p):
     return (*(torch.tensor(x, device=device) for x in (temperature, top_k, top_p, min_p)), seed, offset)
 
 
+@pytest.fixture(params=["one_launch", "flagging"])
+def kernel_form(request, monkeypatch):
+    """Runs a device test through fused_sample_tl, then through fused_sample_flagging_tl and its
+    second launch, whatever the batch (api.FLAGGING_MIN_ROWS picks by batch otherwise)."""
+    monkeypatch.setattr(api, "FLAGGING_MIN_ROWS", 1 << 62 if request.param == "one_launch" else 0)
+    return request.param
+
+
 def _sample_and_check(logits, params):
     """fused_sample with logprobs into poisoned outputs, checked against the reference and the
     sampler's kernel; returns its output."""
@@ -294,7 +304,7 @@ def test_device_matches_sampler_and_ref(device, B, V, dtype, layout):
 @pytest.mark.device
 @pytest.mark.parametrize("dtype,V", [(torch.float32, 129280), (torch.bfloat16, 151936)], ids=str)
 @pytest.mark.parametrize("B", [1, 8, 128])
-def test_device_decode_settings_match_sampler_and_ref(device, B, V, dtype):
+def test_device_decode_settings_match_sampler_and_ref(device, kernel_form, B, V, dtype):
     # The benchmark's settings (top-k 50, top-p 0.9, t 0.7), then random filters; heavy ties at the
     # thresholds in half the rows (rounded logits).
     logits = (torch.randn(B, V, device=device) * 3).to(dtype)
@@ -329,7 +339,7 @@ def test_device_batch_invariance(device, V):
 
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_device_rows_by_each_path(device, dtype):
+def test_device_rows_by_each_path(device, kernel_form, dtype):
     """One row down each path of the CUDA kernel, against the reference and the sampler: lists of
     top-k's T0 (row 0), all-equal logits (every list overflows: the row is read again), top-k above
     the T0 filter, no filter at all, min-p alone (its bound), every s underflowing to -inf (m = -inf:
@@ -351,7 +361,7 @@ def test_device_rows_by_each_path(device, dtype):
 
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_device_rows_off_the_fast_path(device, dtype):
+def test_device_rows_off_the_fast_path(device, kernel_form, dtype):
     """Rows whose chunks leave the kernel's fast path (|m| above 128, or t below 2**-60: the bound is
     not read in x and the normaliser takes expf), rows where s = x / t overflows (m = +inf:
     the token is the lowest id of the +inf entries), +inf logits in a sampled row, the max of s
@@ -382,7 +392,7 @@ def test_device_rows_off_the_fast_path(device, dtype):
 
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_device_top_k_threshold_shapes(device, dtype):
+def test_device_top_k_threshold_shapes(device, kernel_form, dtype):
     """Candidate sets that steer the finish's top-k threshold (radix passes over the images less the
     smallest, from the highest bit of their span) to each of its ends: every logit negative; the k-th
     largest inside a run of 60 equal maxima (span 0: one pass, ties all kept); 300 finite logits of
@@ -411,7 +421,7 @@ def test_device_top_k_threshold_shapes(device, dtype):
 
 
 @pytest.mark.device
-def test_device_more_chunks_than_threads(device):
+def test_device_more_chunks_than_threads(device, kernel_form):
     """257 chunks a row (more than the finishing block's threads: its records are read again for
     the normaliser and its lists' lengths from L2), with short lists (a greedy row, top-k 1) so that
     the lists, not the row, are finished, and a row with top-k 50 whose lists pass the capacity."""
@@ -430,7 +440,7 @@ def test_device_more_chunks_than_threads(device):
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("V", [13, 1001, 8195, 129283], ids=lambda v: f"V{v}")
-def test_device_rows_with_a_ragged_tail(device, dtype, V):
+def test_device_rows_with_a_ragged_tail(device, kernel_form, dtype, V):
     """Rows loaded in 16-byte vectors whose length is no multiple of the vector (the row stride is):
     the last V % vec entries are read one at a time, and must take part like every other entry
     (ties at the max in the tail too)."""
@@ -450,7 +460,7 @@ def test_device_rows_with_a_ragged_tail(device, dtype, V):
 
 
 @pytest.mark.device
-def test_device_counters_left_zero(device, backend):
+def test_device_counters_left_zero(device, kernel_form, backend):
     """Every launch leaves the arrival counters zero (the next launch on the stream relies on it)."""
     if backend != "cuda":
         pytest.skip("the counters are the CUDA kernel's")
@@ -472,7 +482,7 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
 
 @pytest.mark.device
 @pytest.mark.parametrize("B", [1, 32])
-def test_device_cuda_graph_replay(device, backend, B):
+def test_device_cuda_graph_replay(device, kernel_form, backend, B):
     # Captured once, replayed with new logits, parameters and counters: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
