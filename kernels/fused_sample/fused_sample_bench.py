@@ -6,7 +6,8 @@ Run with ``python -m testing.benchmark --kernels fused_sample`` (or
 
 Cases (10): float32 logits over vocab 129280 (DeepSeek-V3) and bfloat16 logits over vocab 151936
 (Qwen), each at batch 1, 8, 64, 128, 512. Every row samples (no greedy rows) with top-k and top-p
-both enabled, the costliest path. Every case runs fused_sample_tl (the chunked kernel).
+both enabled, the costliest path. Every case runs the interface: fused_sample_tl below
+api.FLAGGING_MIN_ROWS rows, fused_sample_flagging_tl and sampler_flagged_tl from there on.
 
 Peers, timed in the same run with the same timer:
   torch_eager    kernels.fused_sample.ref.fused_sample_ref (= sampler_ref: it sorts every row twice)
