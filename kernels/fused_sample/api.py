@@ -52,10 +52,12 @@ from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_refe
 
 __all__ = ["fused_sample"]
 
-# From this many rows the three-blocks-an-SM kernel and its second launch are faster. H200, V 129280
-# fp32 / 151936 bf16, top-k 50, top-p 0.9, one launch against two, us: B = 1 19.8 / 23.4 and 21.0 /
-# 25.7, B = 8 20.8 / 24.5 and 22.9 / 26.9, B = 64 51.3 / 45.3 and 53.9 / 52.3 (kernels/fused_sample/PERF.md).
-FLAGGING_MIN_ROWS = 64
+# From this many rows the three-blocks-an-SM kernel and its second launch are faster. Same-run H200
+# sweep (kernels/fused_sample/PERF.md), top-k 50, top-p 0.9, one launch / two, us, fp32 V 129280:
+# B 8 20.8 / 24.5, 16 22.7 / 26.0, 24 30.0 / 28.2, 32 31.1 / 34.2, 48 43.2 / 37.4, 64 51.5 / 45.2;
+# bf16 V 151936: 8 22.9 / 26.9, 16 29.7 / 29.0, 24 31.2 / 34.9, 32 37.6 / 37.1, 48 45.7 / 44.9.
+# Below 48 the lead changes with how the chunks fill the SMs' block slots; from 48 on two win.
+FLAGGING_MIN_ROWS = 48
 
 # (device index, stream) -> the int32 arrival counters of that stream's launches, all zero between
 # calls (the last block of a row resets its counter, or fused_sample_flagging_tl's leaves 1 for
