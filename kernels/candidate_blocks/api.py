@@ -19,8 +19,8 @@ k slots first, ties to the lower id, NaN ranking lowest, invalid counts, rows an
 kernels/candidate_blocks/ref.py, the contract; every backend matches it exactly.
 
 CUDA tensors run one TileLang kernel launch (no host sync: CUDA-graph capturable): a block per
-query below WARP_KERNEL_MIN_QUERIES queries, a warp per query from there on (where the backend has
-that kernel; see kernels/candidate_blocks/cuda.py); both give the same ids. k, NB, num_sink and
+query below PAIR_KERNEL_MIN_QUERIES queries, two warps per query from there on (where the backend
+has that kernel; see kernels/candidate_blocks/cuda.py); both give the same ids. k, NB, num_sink and
 num_local are compiled in (num_sink and num_local are clamped to NB first: larger values select
 the same blocks). CPU tensors are served by the PyTorch reference. Invalid arguments raise
 TypeError or ValueError naming the argument before anything is written. T == 0 launches nothing.
@@ -46,10 +46,11 @@ from kernels.interface import (
 
 __all__ = ["select_candidate_blocks"]
 
-# From this many queries the warp-per-query kernel is faster. Same-run H200 sweep (132 SMs; 2048
-# blocks, every query sees all of them, k = 64), block / warp kernel in us: 1 query 3.78 / 5.75,
-# 64: 4.29 / 6.57, 256: 5.76 / 7.48, 512: 7.67 / 7.95, 1024: 11.63 / 9.62; they cross in between.
-WARP_KERNEL_MIN_QUERIES = 768
+# From this many queries the two-warps-per-query kernel is faster. The one-warp kernel it replaced
+# crossed the block kernel between 512 and 1024 queries (H200, 2048 blocks, every query sees all of
+# them, k = 64: block / warp kernel 7.67 / 7.95 us at 512, 11.63 / 9.62 at 1024); the pair's chain
+# per query is shorter. Estimated, not yet measured on a GPU.
+PAIR_KERNEL_MIN_QUERIES = 512
 
 
 def select_candidate_blocks(
@@ -91,10 +92,10 @@ def select_candidate_blocks(
     tl = backend_ops(name, scores)
     req_dtype = None if req_index is None else INDEX_DTYPES[req_index.dtype]
     factory = tl.ops.candidate_blocks_tl
-    if n_q >= WARP_KERNEL_MIN_QUERIES:
+    if n_q >= PAIR_KERNEL_MIN_QUERIES:
         try:
-            factory = tl.ops.candidate_blocks_warp_tl
-        except LookupError:  # a backend without the warp kernel serves every batch with the other
+            factory = tl.ops.candidate_blocks_pair_tl
+        except LookupError:  # a backend without the pair kernel serves every batch with the other
             pass
     kernel = factory(nb, k, num_sink, num_local, INDEX_DTYPES[n_t.dtype], req_dtype)
     if block_table is None:

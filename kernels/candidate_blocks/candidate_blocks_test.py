@@ -233,8 +233,8 @@ def _config_id(config) -> str:
     return "-".join(map(str, config))
 
 
-# The CUDA factories: a block per query, a warp per query (api.WARP_KERNEL_MIN_QUERIES picks).
-CUDA_FACTORIES = ["candidate_blocks_tl", "candidate_blocks_warp_tl"]
+# The CUDA factories: a block per query, two warps per query (api.PAIR_KERNEL_MIN_QUERIES picks).
+CUDA_FACTORIES = ["candidate_blocks_tl", "candidate_blocks_pair_tl"]
 
 
 @pytest.mark.codegen_cuda
@@ -291,11 +291,12 @@ DEVICE_CASES = [
 ]
 
 
-@pytest.fixture(params=["block", "warp"])
+@pytest.fixture(params=["block", "pair"])
 def kernel_choice(request, monkeypatch):
     """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
-    every batch takes the block-per-query or the warp-per-query kernel (other backends have one)."""
-    monkeypatch.setattr(api, "WARP_KERNEL_MIN_QUERIES", 1 << 62 if request.param == "block" else 0)
+    every batch takes the block-per-query or the two-warps-per-query kernel (other backends have
+    one)."""
+    monkeypatch.setattr(api, "PAIR_KERNEL_MIN_QUERIES", 1 << 62 if request.param == "block" else 0)
     return request.param
 
 

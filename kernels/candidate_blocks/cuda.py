@@ -2,7 +2,7 @@
 and local blocks, ascending ids, optionally mapped to pages. Two kernels, one contract:
 
     k = candidate_blocks_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)       # a block per query
-    k = candidate_blocks_warp_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)  # a warp per query
+    k = candidate_blocks_pair_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)  # two warps per query
     k(scores, n_t, ids)                              # req_dtype None: block ids
     k(scores, n_t, block_table, req_index, ids)      # req_dtype int32/int64: pages
 
@@ -21,9 +21,9 @@ the lower block id, ids are written ascending then -1 padded. Both kernels: t is
 t == 0 must not be launched (the interface launches nothing); row offsets are 64-bit.
 
 Which one: a query's select is a chain of dependent steps, so a few queries finish soonest with a
-block each, and many queries go fastest with a warp each (no block barriers, twice the queries in
-flight, fewer instructions per key). The interface picks by t (api.WARP_KERNEL_MIN_QUERIES, from
-H200 measurements).
+block each, and many queries go fastest with two warps each (no 8-warp block barriers, 32 warps
+resident per SM at 64 registers, fewer instructions per key). The interface picks by t
+(api.PAIR_KERNEL_MIN_QUERIES).
 
 candidate_blocks_tl, a block of 256 threads per query (no sort):
   1. Load. Thread tx loads scores[row, tx + 256 i] (coalesced 4-byte loads, all in flight), turns
@@ -46,27 +46,33 @@ candidate_blocks_tl, a block of 256 threads per query (no sort):
      taken lowest ids first. Each thread then writes its selected ids (or pages) in ascending
      order; slots [need_total, k) are -1.
 
-candidate_blocks_warp_tl, a block of one warp per query, which orders its own shared-memory
-accesses (__syncwarp), so the automatic __syncthreads is off:
-  1. Load. Only when n > k (otherwise ids 0..n-1 are written and no score is read): lane l loads
-     the candidate scores j = 32 i + l < n (coalesced, all in flight), and turns each into its
-     ranking key in registers, counting its top digit as it goes (radix pass 0).
-  2. Radix select over the candidates' keys, 11 + 11 + 10 bits from the top: a 2048-bin shared
-     histogram per digit of the keys that match the prefix found so far. Lane l sums its 64 bins
-     (16-byte vectors read rotated by l, so no two lanes hit one bank), a suffix scan over the
-     lanes finds the lane whose bins hold the need-th largest key, and a second suffix scan over
-     that lane's bins, two per lane, finds the bin. The passes stop as soon as a whole bin is
-     taken, usually after two. An 11-bit first digit spreads real-valued scores over enough bins
-     that the next pass counts a few dozen keys, where an 8-bit one (sign and 7 exponent bits)
-     leaves most of a row in two bins.
-  3. Compaction. With the threshold bin taken whole, bit i of a lane's mask marks its id 32 i + l;
-     a 32 x 32 bit transpose across the warp (five shuffles) gives lane s the lanes chosen in step
-     s, a scan of the steps' counts places them, and each lane writes its step's ids in order.
-     With a tie at a fully resolved key, the warp instead walks the ids 32 at a time: ballots give
-     each lane its slot and its rank among the ties, of which the lowest ids are taken.
+candidate_blocks_pair_tl, a block of two warps (64 threads) per query; the kernel places its own
+barriers (TileLang's automatic ones are off):
+  1. Load. Only when n > k (otherwise ids 0..n-1 are written and no score is read): thread tx loads
+     the candidate scores j = 64 i + tx < n (coalesced, all in flight; at most 32 per thread, so 64
+     registers hold a query and 16 blocks fit an SM), and turns each into a key in registers,
+     counting its top digit as it goes (radix pass 0). The key orders and ties exactly as the ref's:
+     0x80000000 plus the magnitude bits, minus them for sign 1 (-0.0 meets +0.0), NaN 1, forced
+     keys the ref's; ids >= n get key 0, below every candidate, so no later step tests them.
+  2. Radix select over the keys, 11 + 11 + 10 bits from the top: a 2048-bin shared histogram per
+     digit of the keys that match the prefix found so far, filled by both warps' atomics. Both
+     warps then find the bin on the same counts (so both hold the threshold in registers): lane l
+     sums its 64 bins (16-byte vectors read rotated by l, so no two lanes hit one bank), a suffix
+     scan over the lanes finds the lane whose bins hold the need-th largest key, and a second
+     suffix scan over that lane's bins, two per lane, finds the bin. The passes stop as soon as a
+     whole bin is taken, usually after two. An 11-bit first digit spreads real-valued scores over
+     enough bins that the next pass counts a few dozen keys, where an 8-bit one (sign and 7
+     exponent bits) leaves most of a row in two bins.
+  3. Compaction. Bit i of a thread's mask marks its id 64 i + tx as taken (above the threshold bin,
+     or in it when it is taken whole); a 32 x 32 bit transpose across the warp (five shuffles) gives
+     lane s of warp w the lanes taken in step 2 s + w (ids 64 s + 32 w + lanes). The steps' counts,
+     exchanged through shared memory and scanned in id order, place each step's ids, which its lane
+     writes in order. With a tie at a fully resolved key, the tied ids' masks go the same way
+     first: their counts scanned in id order tell each step how many of its lowest tied ids are
+     still within `need`.
 Why no sort: a full sort (or torch.topk + sort) of NB keys costs O(NB log NB) and a second sort
 for the ascending output; the radix select touches each key once per pass, and the output order
-comes free from the id order. A row is at most 8 KiB of scores, so a block or a warp keeps it in
+comes free from the id order. A row is at most 8 KiB of scores, so a block or two warps keep it in
 registers and the DRAM traffic is one read of the candidates' scores plus the (t, k) output.
 """
 
@@ -86,7 +92,7 @@ __all__ = [
     "MAX_NB",
     "candidate_blocks_shipped_configs",
     "candidate_blocks_tl",
-    "candidate_blocks_warp_tl",
+    "candidate_blocks_pair_tl",
 ]
 
 _WARP = 32
@@ -297,25 +303,29 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
 
 
 # ----------------------------------------------------------------------------------------------------
-# A warp per query.
+# Two warps per query.
 
-# One-warp blocks: a block's resources free as soon as its query is done (with several queries per
-# block, the longest one holds the rest). 16 resident per SM cap registers at 128 per thread (the
-# row's keys take 64 of them).
+# A query's two warps: 32 keys per lane at most (NB <= 2048), half the registers of one warp per
+# query, so twice the queries are in flight.
+_PAIR_THREADS = 2 * _WARP
+# 16 resident blocks (32 warps) per SM cap registers at 64 per thread; a block's resources free as
+# soon as its query is done.
 _BLOCKS_PER_SM = 16
-# A spare bin after the histogram takes the atomics of uncounted keys (4 keep the size a multiple of
-# 16 bytes).
+# A spare bin after the histogram takes the atomics of the keys outside the prefix's range (4 keep
+# the size a multiple of 16 bytes).
 _SPARE = 4
 # Bins each lane sums in the scan, and pairs of them each lane holds in the second level.
 _LANE_BINS = _BINS // _WARP
 _SHUFFLES = 5
-# Steps (of 32 ids) under one test of the row length: a test per step costs a branch per step.
+# 16-byte vectors of the histogram a lane has in flight: each chunk's addresses depend on the sum so
+# far (plus min(sum, 0) = 0), else all 16 loads are hoisted (64 registers beside the keys).
+_CHUNK = 2
+# Steps under one test of the row length: a test per step costs a branch per step.
 _GROUP = 4
 # The bit transpose's rounds: (width, the bits b with b & width == 0).
 _TRANSPOSE_ROUNDS = ((16, 0x0000FFFF), (8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555))
-# A block is one warp, which orders its shared-memory accesses itself (__syncwarp), and the kernel
-# guards every access itself, so TileLang's barriers and bounds guards (which serialised the loads)
-# are off.
+# The kernel places its own barriers and guards every access itself, so TileLang's barriers and
+# bounds guards (which serialised the loads) are off.
 _PASS_CONFIGS = {"tl.disable_thread_storage_sync": True, "tl.disable_safe_memory_legalize": True}
 
 
@@ -329,31 +339,40 @@ def suffix_scan(value, incl, lane):
             incl[0] += down
 
 
+@T.macro
+def prefix_scan(value, incl, lane):
+    """incl[0] = the sum of value over this lane and the lower lanes of the warp."""
+    incl[0] = value
+    for i in T.unroll(_SHUFFLES):
+        up = T.shfl_up(incl[0], 1 << i)
+        if lane >= (1 << i):
+            incl[0] += up
+
+
 @tilelang.jit(pass_configs=_PASS_CONFIGS)
-def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
+def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
     """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
     check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
-    per = -(-NB // _WARP)
+    per = -(-NB // _PAIR_THREADS)
     groups = -(-per // _GROUP)
-    words = -(-per // _WARP)
     t = T.dynamic("t")
     B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
     write = _page_writer(req_dtype is not None, B, M)
 
     @T.macro
     def score_key(bits):
-        """The ref's key of a score with the bits `bits` (branch-free integer arithmetic)."""
-        magnitude = bits & T.uint32(0x7FFFFFFF)
-        # Either zero maps to the key of +0.0, so equal scores tie whatever their sign bit.
-        key = T.if_then_else(magnitude == T.uint32(0), T.uint32(0x80000000), bits ^ (T.reinterpret(T.reinterpret(bits, "int32") >> 31, "uint32") | T.uint32(0x80000000)))
-        return T.if_then_else(magnitude > T.uint32(0x7F800000), T.uint32(1), key)
+        """A key ordered as the ref's key of a score with the bits `bits`, equal where the ref's
+        keys are equal: 0x80000000 + the magnitude, negated for sign 1 (so -0.0 and +0.0 meet at
+        0x80000000; -inf is 0x00800000, +inf 0xFF800000), and NaN 1."""
+        sign = T.reinterpret(T.reinterpret(bits, "int32") >> 31, "uint32")
+        key = ((bits & T.uint32(0x7FFFFFFF)) ^ sign) - sign + T.uint32(0x80000000)
+        return T.if_then_else(T.isnan(T.reinterpret(bits, "float32")), T.uint32(1), key)
 
     @T.macro
-    def clear(hist, lane):
-        for m in T.unroll(_LANE_BINS // 4):
+    def clear(hist, tx):
+        for m in T.unroll(_BINS // (4 * _PAIR_THREADS)):
             for v in T.vectorized(4):
-                hist[m * 4 * _WARP + lane * 4 + v] = 0
-        T.sync_warp()
+                hist[m * 4 * _PAIR_THREADS + tx * 4 + v] = 0
 
     @T.macro
     def count(hist, bin_index, counted, digit):
@@ -364,16 +383,21 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
 
     @T.macro
     def find_bin(hist, lane, state, digit_shift):
-        """Narrows the threshold to the bin of the histogram holding the need-th largest key."""
-        prefix, shift, need, done, incl = state
-        T.sync_warp()
+        """Narrows the threshold to the bin of the histogram holding the need-th largest key. Both
+        warps run it on the same counts, so both hold the same state."""
+        prefix, need, done, incl = state
+        T.sync_threads()
         # Level 1: lane l's 64 bins, 16-byte vectors read rotated by l (conflict-free banks).
         mine = T.alloc_local((1,), "int32")
         part = T.alloc_local((4,), "int32")
         mine[0] = 0
+        chunk = T.alloc_local((1,), "int32")
+        chunk[0] = 0
         for m in T.unroll(_LANE_BINS // 4):
+            if m % _CHUNK == 0:
+                chunk[0] = T.min(mine[0], 0)
             for v in T.vectorized(4):
-                part[v] = hist[lane * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + v]
+                part[v] = hist[lane * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + chunk[0] + v]
             mine[0] += part[0] + part[1] + part[2] + part[3]
         suffix_scan(mine[0], incl, lane)
         # Suffix sums fall with the lane: the lanes reaching `need` are 0..top.
@@ -391,11 +415,10 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         upper = pair_above + pair_hi >= need[0]
         need[0] = need[0] - T.if_then_else(upper, pair_above, pair_above + pair_hi)
         prefix[0] = prefix[0] | (T.cast(top * _LANE_BINS + 2 * pair + T.if_then_else(upper, 1, 0), "uint32") << digit_shift)
-        shift[0] = T.uint32(digit_shift)
         if T.if_then_else(upper, pair_hi, pair_lo) == need[0]:
             done[0] = 1
-        # Every lane has read the histogram before it is cleared again.
-        T.sync_warp()
+        # Both warps have read the histogram before it is written again.
+        T.sync_threads()
 
     @T.macro
     def transpose_bits(word, lane):
@@ -410,117 +433,128 @@ def candidate_blocks_warp_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
             )
 
     @T.macro
+    def steps_before(hist, value, before, total, incl, lane, warp):
+        """Lane s of warp w holds `value` of step 2 s + w (ids 64 s + 32 w + lanes): before[0] = the
+        sum over the lower steps of both warps, total[0] = the sum over all. Through hist, free
+        between the barriers."""
+        hist[2 * lane + warp] = value
+        T.sync_threads()
+        even = hist[2 * lane]
+        odd = hist[2 * lane + 1]
+        prefix_scan(even + odd, incl, lane)
+        total[0] = T.shfl_sync(incl[0], _WARP - 1)
+        before[0] = incl[0] - odd - T.if_then_else(warp == 0, even, 0)
+        T.sync_threads()
+
+    @T.macro
     def select(scores, n_t, block_table, req_index, ids):
-        with T.Kernel(t, threads=_WARP) as bx:
+        with T.Kernel(t, threads=_PAIR_THREADS) as bx:
             T.annotate_min_blocks_per_sm(_BLOCKS_PER_SM)
-            lane = T.get_thread_binding(0)
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // _WARP, tx % _WARP
             row = T.cast(bx, "int64")
             keys = T.alloc_local((per,), "uint32")
             bin_index = T.alloc_local((1,), "int32")
-            # The threshold: keys whose bits from `shift` up exceed `prefix`'s are taken, and of the
-            # keys equal to it there the `need` lowest ids; done: no more digits are needed (every
-            # key equal to the threshold is taken).
+            # The threshold: keys above prefix's bin are taken, and of the keys in it the `need`
+            # lowest ids; done: that bin is taken whole (else it is one key: all 32 bits resolved).
             prefix = T.alloc_local((1,), "uint32")
-            shift = T.alloc_local((1,), "uint32")
             need = T.alloc_local((1,), "int32")
             done = T.alloc_local((1,), "int32")
             incl = T.alloc_local((1,), "int32")
-            state = (prefix, shift, need, done, incl)
-            out = T.alloc_local((1,), "int32")
+            state = (prefix, need, done, incl)
+            chosen = T.alloc_local((1,), "uint32")
+            tied = T.alloc_local((1,), "uint32")
+            rest = T.alloc_local((1,), "int32")
+            before = T.alloc_local((1,), "int32")
+            total = T.alloc_local((1,), "int32")
             hist = T.alloc_shared((_BINS + _SPARE,), "int32")
             n = T.cast(T.max(T.min(T.cast(n_t[row], "int64"), NB), 0), "int32")
-            # Id 32 i + lane is a candidate when 32 i < left.
-            left = n - T.cast(lane, "int32")
+            # Id 64 i + tx is a candidate when 64 i < left.
+            left = n - T.cast(tx, "int32")
             if n > k:
                 prefix[0] = T.uint32(0)
-                shift[0] = T.uint32(0)
                 need[0] = k
                 done[0] = 0
-                clear(hist, lane)
                 # 1. Every load first (all in flight).
                 for i in T.unroll(per):
                     keys[i] = T.uint32(0)
-                    if i * _WARP < left:
-                        keys[i] = T.reinterpret(scores[row, i * _WARP + lane], "uint32")
-                # The keys, counted by their top digit as they are made (radix pass 0).
+                    if i * _PAIR_THREADS < left:
+                        keys[i] = T.reinterpret(scores[row, i * _PAIR_THREADS + tx], "uint32")
+                clear(hist, tx)
+                T.sync_threads()
+                # The keys, counted by their top digit as they are made (radix pass 0). Ids >= n get
+                # key 0, below every candidate's (NaN's is 1): counted or not, they never reach the
+                # threshold, the need-th largest of n > need candidates. Groups past n keep key 0
+                # and are skipped by every pass.
                 for g in T.unroll(groups):
-                    if g * _GROUP * _WARP < n:
+                    if g * _GROUP * _PAIR_THREADS < n:
                         for u in T.unroll(_GROUP):
                             i = g * _GROUP + u
                             if i < per:
                                 keys[i] = score_key(keys[i])
-                                # Forced keys only in the steps that can hold a sink or one of the last
-                                # num_local candidates.
-                                if i * _WARP < num_sink or i * _WARP + _WARP > n - num_local:
-                                    j = i * _WARP + lane
+                                # Forced keys and non-candidates (key 0) only in the steps that can hold a
+                                # sink, one of the last num_local candidates or an id >= n.
+                                if i * _PAIR_THREADS < num_sink or i * _PAIR_THREADS + _PAIR_THREADS > n - num_local:
+                                    j = i * _PAIR_THREADS + tx
                                     d = n - 1 - j
-                                    keys[i] = T.if_then_else(j < num_sink, T.uint32(SINK_KEY), T.if_then_else(d < num_local, T.uint32(SINK_KEY - 1) - T.cast(d, "uint32"), keys[i]))
-                                count(hist, bin_index, i * _WARP < left, keys[i] >> _DIGITS[0][0])
+                                    keys[i] = T.if_then_else(
+                                        j >= n,
+                                        T.uint32(0),
+                                        T.if_then_else(j < num_sink, T.uint32(SINK_KEY), T.if_then_else(d < num_local, T.uint32(SINK_KEY - 1) - T.cast(d, "uint32"), keys[i])),
+                                    )
+                                T.atomic_add(hist[T.cast(keys[i] >> _DIGITS[0][0], "int32")], 1)
                 find_bin(hist, lane, state, _DIGITS[0][0])
                 # 2. The lower digits, over the keys in [prefix, prefix + 2**(shift + bits)), whose
                 # offset from prefix holds the digit in its top bits.
                 for digit_shift, digit_bits in _DIGITS[1:]:
                     if done[0] == 0:
-                        clear(hist, lane)
+                        clear(hist, tx)
+                        T.sync_threads()
                         for g in T.unroll(groups):
-                            if g * _GROUP * _WARP < n:
+                            if g * _GROUP * _PAIR_THREADS < n:
                                 for u in T.unroll(_GROUP):
                                     i = g * _GROUP + u
                                     if i < per:
                                         offset = keys[i] - prefix[0]
-                                        count(hist, bin_index, i * _WARP < left and offset < T.uint32(1 << (digit_shift + digit_bits)), offset >> digit_shift)
+                                        count(hist, bin_index, offset < T.uint32(1 << (digit_shift + digit_bits)), offset >> digit_shift)
                         find_bin(hist, lane, state, digit_shift)
-                # 3. Compaction in ascending id order.
-                out[0] = 0
-                if done[0] != 0:
-                    # Every key >= prefix is taken. Bit s of this lane's word w marks id
-                    # 32 (32 w + s) + lane; transposed, lane s holds step 32 w + s's lanes, and the
-                    # steps' counts scanned over the lanes place each step's ids.
-                    chosen = T.alloc_local((words,), "uint32")
-                    for w in T.unroll(words):
-                        chosen[w] = T.uint32(0)
+                # 3. Compaction in ascending id order. Bit i of this lane's word marks id 64 i + tx;
+                # transposed, lane s of warp w holds the lanes chosen in step 2 s + w (ids
+                # 64 s + 32 w + lanes). Taken: the keys above the threshold bin, and the bin's too
+                # when it is taken whole (then prefix >= 1: a bin from key 0 up holds every key,
+                # more than need, so prefix - 1 does not wrap).
+                cut = T.if_then_else(done[0] != 0, prefix[0] - T.uint32(1), prefix[0])
+                chosen[0] = T.uint32(0)
+                for i in T.unroll(per):
+                    if keys[i] > cut:
+                        chosen[0] = chosen[0] | (T.uint32(1) << T.uint32(i))
+                transpose_bits(chosen, lane)
+                if done[0] == 0:
+                    # A tie at a fully resolved key: its `need` lowest ids, counted in id order over
+                    # both warps' steps.
+                    tied[0] = T.uint32(0)
                     for i in T.unroll(per):
-                        if i * _WARP < left and keys[i] >= prefix[0]:
-                            chosen[i // _WARP] = chosen[i // _WARP] | (T.uint32(1) << T.uint32(i % _WARP))
-                    mask = T.alloc_local((1,), "uint32")
-                    slot = T.alloc_local((1,), "int32")
-                    for w in T.unroll(words):
-                        mask[0] = chosen[w]
-                        transpose_bits(mask, lane)
-                        taken = T.cast(T.popcount(mask[0]), "int32")
-                        suffix_scan(taken, incl, lane)
-                        # Lane s's first slot: the ids of the lower steps, from the suffix sums.
-                        slot[0] = out[0] + T.shfl_sync(incl[0], 0) - incl[0]
-                        out[0] += T.shfl_sync(incl[0], 0)
-                        while mask[0] != T.uint32(0):
-                            low_lane = lowest_set_bit(mask[0])
-                            write(ids, block_table, req_index, row, slot[0], (w * _WARP + lane) * _WARP + low_lane)
-                            slot[0] += 1
-                            mask[0] = mask[0] & (mask[0] - T.uint32(1))
-                else:
-                    # All 32 bits are resolved (shift 0): keys above prefix, then its `need` lowest
-                    # ids, 32 ids at a time.
-                    lower = (T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1)
-                    ties = T.alloc_local((1,), "int32")
-                    ties[0] = 0
-                    for i in T.unroll(per):
-                        if i * _WARP < n:
-                            valid = i * _WARP < left
-                            tie = valid and keys[i] == prefix[0]
-                            tied = T.cast(T.ballot_sync(tie), "uint32")
-                            take = (valid and keys[i] > prefix[0]) or (tie and ties[0] + T.cast(T.popcount(tied & lower), "int32") < need[0])
-                            taken = T.cast(T.ballot_sync(take), "uint32")
-                            if take:
-                                write(ids, block_table, req_index, row, out[0] + T.cast(T.popcount(taken & lower), "int32"), i * _WARP + lane)
-                            out[0] += T.cast(T.popcount(taken), "int32")
-                            ties[0] += T.cast(T.popcount(tied), "int32")
-                for c in T.serial(T.ceildiv(k, _WARP)):
-                    if c * _WARP + lane >= out[0] and c * _WARP + lane < k:
-                        write(ids, block_table, req_index, row, c * _WARP + lane, -1)
+                        if keys[i] == prefix[0]:
+                            tied[0] = tied[0] | (T.uint32(1) << T.uint32(i))
+                    transpose_bits(tied, lane)
+                    steps_before(hist, T.cast(T.popcount(tied[0]), "int32"), before, total, incl, lane, warp)
+                    rest[0] = T.min(T.max(need[0] - before[0], 0), T.cast(T.popcount(tied[0]), "int32"))
+                    while rest[0] > 0:
+                        chosen[0] = chosen[0] | (tied[0] & (T.uint32(0) - tied[0]))
+                        tied[0] = tied[0] & (tied[0] - T.uint32(1))
+                        rest[0] -= 1
+                steps_before(hist, T.cast(T.popcount(chosen[0]), "int32"), before, total, incl, lane, warp)
+                while chosen[0] != T.uint32(0):
+                    write(ids, block_table, req_index, row, before[0], lane * _PAIR_THREADS + warp * _WARP + lowest_set_bit(chosen[0]))
+                    before[0] += 1
+                    chosen[0] = chosen[0] & (chosen[0] - T.uint32(1))
+                for c in T.serial(T.ceildiv(k, _PAIR_THREADS)):
+                    if c * _PAIR_THREADS + tx >= total[0] and c * _PAIR_THREADS + tx < k:
+                        write(ids, block_table, req_index, row, c * _PAIR_THREADS + tx, -1)
             else:
                 # n <= k: every candidate is taken and no score is read.
-                for c in T.serial(T.ceildiv(k, _WARP)):
-                    if c * _WARP + lane < k:
-                        write(ids, block_table, req_index, row, c * _WARP + lane, T.if_then_else(c * _WARP + lane < n, c * _WARP + lane, -1))
+                for c in T.serial(T.ceildiv(k, _PAIR_THREADS)):
+                    if c * _PAIR_THREADS + tx < k:
+                        write(ids, block_table, req_index, row, c * _PAIR_THREADS + tx, T.if_then_else(c * _PAIR_THREADS + tx < n, c * _PAIR_THREADS + tx, -1))
 
     return _prim_func(select, NB, k, n_dtype, req_dtype, t, B, M, S)
