@@ -318,7 +318,8 @@ _SPARE = 4
 _LANE_BINS = _BINS // _WARP
 _SHUFFLES = 5
 # 16-byte vectors of the histogram a lane has in flight: each chunk's addresses depend on the sum so
-# far (plus min(sum, 0) = 0), else all 16 loads are hoisted (64 registers beside the keys).
+# far (its lane is lane + min(sum, 0), the same lane), else all 16 loads are hoisted (64 registers
+# beside the keys); the lane's multiple of 64 keeps the loads 16-byte vectors.
 _CHUNK = 2
 # Steps under one test of the row length: a test per step costs a branch per step.
 _GROUP = 4
@@ -391,13 +392,13 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         mine = T.alloc_local((1,), "int32")
         part = T.alloc_local((4,), "int32")
         mine[0] = 0
-        chunk = T.alloc_local((1,), "int32")
-        chunk[0] = 0
+        bins_lane = T.alloc_local((1,), "int32")
+        bins_lane[0] = lane
         for m in T.unroll(_LANE_BINS // 4):
             if m % _CHUNK == 0:
-                chunk[0] = T.min(mine[0], 0)
+                bins_lane[0] = lane + T.min(mine[0], 0)
             for v in T.vectorized(4):
-                part[v] = hist[lane * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + chunk[0] + v]
+                part[v] = hist[bins_lane[0] * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + v]
             mine[0] += part[0] + part[1] + part[2] + part[3]
         suffix_scan(mine[0], incl, lane)
         # Suffix sums fall with the lane: the lanes reaching `need` are 0..top.
