@@ -46,10 +46,9 @@ from kernels.interface import (
 
 __all__ = ["select_candidate_blocks"]
 
-# From this many queries the two-warps-per-query kernel is faster. The one-warp kernel it replaced
-# crossed the block kernel between 512 and 1024 queries (H200, 2048 blocks, every query sees all of
-# them, k = 64: block / warp kernel 7.67 / 7.95 us at 512, 11.63 / 9.62 at 1024); the pair's chain
-# per query is shorter. Estimated, not yet measured on a GPU.
+# From this many queries the two-warps-per-query kernel is faster. Same-run H200 sweep (2048 blocks,
+# every query sees all of them, k = 64), block / pair kernel in us: 1 query 4.40 / 4.77, 64: 4.93 /
+# 5.33, 512: 7.72 / 6.89, 1024: 11.77 / 8.82, 4096: 33.89 / 21.10; they cross in between 64 and 512.
 PAIR_KERNEL_MIN_QUERIES = 512
 
 
