@@ -9,24 +9,51 @@
 # id contains FILTER (--cases-filter); the baseline file merges per case, so a kernel whose bench
 # does not fit one process can be listed several times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
 # A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run.
+#
+# Several branches in one call: an entry TREE/KERNEL (tests and benches alike) runs in the source
+# tree .gpu/trees/TREE instead of the checkout. Make each tree here before the call, e.g.
+#   rm -rf .gpu/trees/fs && mkdir -p .gpu/trees/fs && git archive wip/my-branch | tar -x -C .gpu/trees/fs
+# The trees' tests run at the same time, one pytest each, sharing the $WORKERS workers; each tree's
+# log is tests_TREE.log and its refreshed baselines come back as baselines_TREE.tar.
+#   TEST_KERNELS="fs/fused_sample fs/sampler kv/quant" GPU0_KERNELS=fs/fused_sample GPU1_KERNELS=kv/quant \
+#     bash tools/gpu/verify.sh
 set -u
 t0=$(date +%s)
+root=$PWD
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
-export PYTHONPATH=/tmp/site:$PWD:$PWD/platform PYTHONUNBUFFERED=1 TILELANG_OPS_BACKEND=cuda TILELANG_CACHE_DIR=/tmp/tl-cache
+export PYTHONUNBUFFERED=1 TILELANG_OPS_BACKEND=cuda TILELANG_CACHE_DIR=/tmp/tl-cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpus.txt
-files=(); for k in ${TEST_KERNELS:-}; do files+=("kernels/$k/${k}_test.py"); done
+
+tree_of() {  # entry -> its tree's name ("." for the checkout)
+    [[ $1 == */* ]] && echo "${1%%/*}" || echo "."
+}
+in_tree() {  # tree command...: the command in that tree, with the tree's sources on the path
+    local dir=$root; [ "$1" != . ] && dir=$root/.gpu/trees/$1
+    shift
+    (cd "$dir" && PYTHONPATH=/tmp/site:$dir:$dir/platform "$@")
+}
+
+declare -A files=()
+for e in ${TEST_KERNELS:-}; do k=${e#*/}; files[$(tree_of "$e")]+=" kernels/$k/${k}_test.py"; done
 select=(); [ -n "${TEST_K:-}" ] && select=(-k "$TEST_K")
-[ ${#files[@]} -gt 0 ] && python3 -m pytest "${files[@]}" "${select[@]}" -p testing.plugin -p no:cacheprovider -p no:benchmark \
-  --backend=cuda --tl-suite=device -n ${WORKERS:-30} -q -rs > $OUT/tests.log 2>&1
-[ ${#files[@]} -gt 0 ] && { tail -2 $OUT/tests.log; grep -E "^FAILED|^ERROR" $OUT/tests.log | head -20; }
+workers=$(( ${WORKERS:-30} / (${#files[@]} > 0 ? ${#files[@]} : 1) ))
+for t in "${!files[@]}"; do
+    log=$OUT/tests.log; [ "$t" != . ] && log=$OUT/tests_$t.log
+    (in_tree "$t" python3 -m pytest ${files[$t]} "${select[@]}" -p testing.plugin -p no:cacheprovider -p no:benchmark \
+        --backend=cuda --tl-suite=device -n $(( workers > 0 ? workers : 1 )) -q -rs > $log 2>&1
+     echo "tests $t: $(tail -1 $log)"; grep -E "^FAILED|^ERROR" $log | head -20) &
+done
+wait
 echo "tests: $(( $(date +%s) - t0 )) s"
 end=$(( t0 + ${BUDGET:-540} ))
-bench() {  # gpu kernel[:cases-filter]
-    local left=$(( end - $(date +%s) )) kernel=${2%%:*} filter=() name=${2//:/_}
-    [ "$kernel" != "$2" ] && filter=(--cases-filter "${2#*:}")
+bench() {  # gpu [tree/]kernel[:cases-filter]
+    local left=$(( end - $(date +%s) )) tree entry=${2#*/} filter=() name=${2//[\/:]/_}
+    tree=$(tree_of "$2")
+    local kernel=${entry%%:*}
+    [ "$kernel" != "$entry" ] && filter=(--cases-filter "${entry#*:}")
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
     # SIGABRT at the cut makes faulthandler print where each thread was (a stalled case shows itself).
-    CUDA_VISIBLE_DEVICES=$1 timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $kernel "${filter[@]}" \
+    CUDA_VISIBLE_DEVICES=$1 in_tree "$tree" timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $kernel "${filter[@]}" \
       --refresh-baselines --refresh-memory --json $OUT/bench_$name.json > $OUT/bench_$name.log 2>&1
     echo "gpu$1 $2: rc $? $(grep -E '^RESULT' $OUT/bench_$name.log)"
 }
@@ -34,4 +61,7 @@ bench() {  # gpu kernel[:cases-filter]
 (for k in ${GPU1_KERNELS:-}; do bench 1 $k; done)
 wait
 tar -cf $OUT/baselines.tar testing/benchmark_baselines testing/gpu_mem_profiles
+for t in $(for e in ${TEST_KERNELS:-} ${GPU0_KERNELS:-} ${GPU1_KERNELS:-}; do tree_of "$e"; done | sort -u | grep -vx '\.'); do
+    tar -C .gpu/trees/$t -cf $OUT/baselines_$t.tar testing/benchmark_baselines testing/gpu_mem_profiles
+done
 cd $OUT && tar -cf /tmp/results.tar . && find . -mindepth 1 -delete && mv /tmp/results.tar .
