@@ -33,7 +33,7 @@ Dispatch:
                          Ascend, the sampler's kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
                          ref.MAX_ROWS rows.
-Either kernel takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic
+Every path takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic
 (one compile per dtype, load width and top_k dtype). Invalid arguments raise TypeError or ValueError
 naming the argument before anything is written. B == 0 launches nothing.
 
