@@ -418,6 +418,8 @@ def _fp4_factory(name: str, nvfp4: bool):
             return F.bf16_pair_value(pairs[s, q], hi)
 
         def code(x, sc, fast):
+            """uint32 e2m1 code of x * inv (sc: mx_fp4_scales' or nvfp4_scales' registers); fast: one
+            multiply, by e2m1_code_denormal's multiplier (its scale is at most 2**23)."""
             if not denormal:
                 return T.cast(F.e2m1_code(x * sc[0]), "uint32")
             if fast:
@@ -431,11 +433,7 @@ def _fp4_factory(name: str, nvfp4: bool):
                 pkw[w] = T.uint32(0)
             for q in T.unroll(half):
                 lo, hi = code(widen(buf, pairs, s, q, 0), sc, fast), code(widen(buf, pairs, s, q, 1), sc, fast)
-                if denormal:
-                    # Additions (the codes do not overlap): e2m1_code_denormal's constants fold into one.
-                    pkw[q // 4] = pkw[q // 4] + T.shift_left(lo + T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
-                else:
-                    pkw[q // 4] = pkw[q // 4] | T.shift_left(lo | T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
+                pkw[q // 4] = pkw[q // 4] + F.e2m1_pair_bits(lo, hi, q)
 
         @T.macro
         def body(x, gs_buf, packed, scale):
@@ -464,11 +462,7 @@ def _fp4_factory(name: str, nvfp4: bool):
                             if nvfp4:
                                 nvfp4_scales(amax[s], gs[0], s8, sc)
                             else:
-                                sc[2] = F.group_scale(amax[s], E2M1_MAX, True)
-                                s8[0] = F.ue8m0_exponent(sc[2])
-                                sc[0] = F.scale_reciprocal(sc[2], True)
-                                sc[2] = F.e2m1_sign_threshold(sc[2])
-                                sc[1] = F.e2m1_denormal_multiplier(sc[0])
+                                F.mx_fp4_scales(amax[s], s8, sc)
                             if denormal and dtype == "bfloat16":
                                 # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
                                 if sc[1] != T.float32(0) or sc[0] == T.float32(0):

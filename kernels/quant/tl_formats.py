@@ -1,12 +1,13 @@
 """TileLang (CUDA) transcription of kernels/quant/formats.py: the same operations in the same order,
 so kernels that use these expressions are bit-exact against the references. Every function builds
-a TIR expression from fp32 expressions; none allocates or synchronises.
+a TIR expression from fp32 expressions (mx_fp4_scales, a macro, assigns three of them to the
+caller's registers); none allocates or synchronises.
 """
 
 # No `from __future__ import annotations`: callers build these inside T.prim_func bodies.
 import tilelang.language as T
 
-from kernels.quant.formats import E4M3_MAX, amax_floor, ue8m0_split
+from kernels.quant.formats import E2M1_MAX, E4M3_MAX, amax_floor, ue8m0_split
 
 # fp32 bits of 2**-106, the rounding constant of e2m1_code_denormal.
 _E2M1_DENORMAL_BIAS = (127 - 106) << 23
@@ -18,12 +19,14 @@ __all__ = [
     "e2m1_code_denormal",
     "e2m1_denormal_multiplier",
     "e2m1_nibble_value",
+    "e2m1_pair_bits",
     "e2m1_sign_threshold",
     "e2m1_value",
     "e2m1_value_denormal",
     "e4m3",
     "e4m3_clamp",
     "group_scale",
+    "mx_fp4_scales",
     "scale_reciprocal",
     "ue8m0_exponent",
     "ue8m0_value",
@@ -152,6 +155,26 @@ def e2m1_code_denormal(x, m, below):
     # The sign bit rides on the addend: 2**-106 plus 8 of its ulps adds 8 to the sum's bits.
     bias = T.if_then_else(x < below, T.float32(2.0**-106 + 8 * 2.0**-129), T.float32(2.0**-106))
     return T.reinterpret(T.reinterpret(bits >> T.uint32(2), "float32") + bias, "uint32") - T.uint32(_E2M1_DENORMAL_BIAS)
+
+
+@T.macro
+def mx_fp4_scales(amax, byte, sc):
+    """An MX FP4 group (UE8M0 scale) of NaN-free amax: byte[0] its scale byte, and sc[0] = inv (1 /
+    the scale), sc[1] = e2m1_denormal_multiplier(inv), sc[2] = e2m1_sign_threshold(the scale): what
+    e2m1_code_denormal takes. sc[1] is 0 where inv * 2**-126 underflows (a scale above 2**23) and
+    inv is not 0: the caller multiplies by inv first then."""
+    sc[2] = group_scale(amax, E2M1_MAX, True)
+    byte[0] = ue8m0_exponent(sc[2])
+    sc[0] = scale_reciprocal(sc[2], True)
+    sc[2] = e2m1_sign_threshold(sc[2])
+    sc[1] = e2m1_denormal_multiplier(sc[0])
+
+
+def e2m1_pair_bits(lo, hi, q):
+    """uint32 e2m1 codes lo (element 2q) and hi (element 2q + 1) in byte q % 4 of a word of 8 codes,
+    low nibble first (formats.pack_e2m1), for the caller to add into word q // 4: the codes do not
+    overlap, and addition lets e2m1_code_denormal's constants fold into one per word."""
+    return T.shift_left(lo + T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
 
 
 def ue8m0_value(byte):

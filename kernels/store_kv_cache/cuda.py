@@ -69,7 +69,7 @@ import tilelang
 import tilelang.language as T
 
 from kernels.quant import tl_formats as F
-from kernels.quant.formats import E2M1_MAX, E4M3_MAX
+from kernels.quant.formats import E4M3_MAX
 from kernels.static_args import ALIGNMENTS, element_bytes, next_pow2
 from kernels.store_kv_cache.layout import FP4, FP8, LATENT, ROPE, WIDTH, RecordLayout
 from kernels.store_kv_cache.ref import BACKEND_DTYPES as DTYPES, INDEX_DTYPES, MAX_ROW, check_row, check_slots
@@ -363,17 +363,19 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
             for v in T.vectorized(width):
                 cache[block, off, first + i * width + v] = src[i * width + v]
 
+    def code(pairs, q, h, m, below, pre):
+        """e2m1_code_denormal (m, below) of element 2q + h, or of it times pre (not None)."""
+        x = F.bf16_pair_value(pairs[q], h)
+        return F.e2m1_code_denormal(x if pre is None else x * pre, m, below)
+
     @T.macro
     def encode_fp4(pairs, m, below, pre, words):
-        """words = the lane's e2m1 codes of x * pre (tl_formats.e2m1_code_denormal with m and below),
-        8 per word, element e in bits [4 (e % 8), 4 (e % 8) + 4) of word e // 8. Codes enter by
-        addition (they do not overlap), so the encoder's constants fold into one per word."""
+        """words = the lane's e2m1 codes of x (pre None) or x * pre (tl_formats.e2m1_code_denormal
+        with m and below), 8 per word, element e in bits [4 (e % 8), 4 (e % 8) + 4) of word e // 8."""
         for w in T.unroll(n // 8):
             words[w] = T.uint32(0)
         for q in T.unroll(n // 2):
-            lo = F.e2m1_code_denormal(F.bf16_pair_value(pairs[q], 0) * pre, m, below)
-            hi = F.e2m1_code_denormal(F.bf16_pair_value(pairs[q], 1) * pre, m, below)
-            words[q // 4] = words[q // 4] + T.shift_left(lo + T.shift_left(hi, T.uint32(4)), T.cast(8 * (q % 4), "uint32"))
+            words[q // 4] = words[q // 4] + F.e2m1_pair_bits(code(pairs, q, 0, m, below, pre), code(pairs, q, 1, m, below, pre), q)
 
     @T.macro
     def body(kv, slot_mapping, cache, out_of_range, t, num_blocks):
@@ -414,14 +416,10 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                 block = slot[0] // block_size
                 off = slot[0] % block_size
                 if fp4:
-                    sc[2] = F.group_scale(amax[0], E2M1_MAX, True)
-                    sb[0] = F.ue8m0_exponent(sc[2])
-                    sc[0] = F.scale_reciprocal(sc[2], True)
-                    sc[2] = F.e2m1_sign_threshold(sc[2])
-                    sc[1] = F.e2m1_denormal_multiplier(sc[0])
+                    F.mx_fp4_scales(amax[0], sb, sc)
                     # Scales above 2**23 underflow the multiplier: two multiplies then.
                     if sc[1] != T.float32(0) or sc[0] == T.float32(0):
-                        encode_fp4(pairs, sc[1], sc[2], T.float32(1), words)
+                        encode_fp4(pairs, sc[1], sc[2], None, words)
                     else:
                         encode_fp4(pairs, T.float32(2.0**-126), T.float32(-0.0), sc[0], words)
                     cache[block, off, layout.scale_offset + lane] = sb[0]
