@@ -24,8 +24,9 @@ Returns an MtpSchedule (every field int32; exact rules in kernels/schedule_mtp_v
   new_seq_lens (B,), query_start_loc (B + 1,), positions (num_tokens,), request_ids (num_tokens,),
   last_hidden_rows (B,), tile_metadata (num_sm_parts, 8), num_splits (B + 1,).
 
-CUDA tensors run one TileLang kernel (no host sync, every size fixed by the arguments: CUDA-graph
-capturable). CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or
+CUDA tensors run one TileLang kernel launch (no host sync, every size fixed by the arguments: CUDA-graph
+capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests (where the backend has it), the
+block kernel above (see kernels/schedule_mtp_varlen/cuda.py); both give the same schedule. CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or
 ValueError naming the argument before anything is written. An empty batch (B == 0) launches no
 kernel: outputs are filled by torch (query_start_loc = num_splits = [0], -1 tokens, empty parts).
 """
@@ -42,6 +43,13 @@ __all__ = ["MtpSchedule", "schedule_mtp_varlen"]
 
 NAME = "schedule_mtp_varlen"
 OUTPUTS = MtpSchedule._fields
+# Batches up to this many requests take the warp kernel, all it holds (32 lanes x 8 slots). Estimated
+# from the PTX (PERF.md, "warp kernel"): past the input loads the block kernel's chain is 15 shuffles,
+# 6 block barriers, 16 dependent shared loads and 2 divisions (~1200 cycles) with each scheduler
+# issuing four warps' ~1000 instructions, at every B; the warp kernel's is 6 shuffles, no barrier,
+# 6-9 dependent shared loads and 2 divisions (~450-550 cycles) with one warp per scheduler issuing
+# ~500 (B <= 32) to ~1400 (B = 256) instructions. Not yet confirmed on a GPU: the probe times both.
+WARP_KERNEL_MAX_BATCH = 256
 
 
 def output_shapes(n_req: int, n_tok: int, parts: int) -> tuple[tuple[int, ...], ...]:
@@ -105,8 +113,17 @@ def schedule_mtp_varlen(
             dst.copy_(src)
         return outs
     tl = backend_ops(NAME, seq_lens_before)
-    kernel = tl.ops.schedule_mtp_varlen_tl(
-        num_draft, block_size, num_sm_parts, INDEX_DTYPES[seq_lens_before.dtype], INDEX_DTYPES[num_accepted.dtype]
-    )
+    config = (num_draft, block_size, num_sm_parts, INDEX_DTYPES[seq_lens_before.dtype], INDEX_DTYPES[num_accepted.dtype])
+    kernel = None
+    if n_req <= WARP_KERNEL_MAX_BATCH:
+        try:
+            factory = tl.ops.schedule_mtp_varlen_warp_tl
+        except LookupError:  # a backend without the warp kernel serves every batch with the other
+            pass
+        else:
+            # The fewest requests per lane that hold the batch: a lane's work grows with them.
+            kernel = factory(*config, next(s for s in ref.WARP_KERNEL_SLOTS if 32 * s >= n_req))
+    if kernel is None:
+        kernel = tl.ops.schedule_mtp_varlen_tl(*config)
     kernel(seq_lens_before, num_accepted, *outs)
     return outs

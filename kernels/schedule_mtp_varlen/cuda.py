@@ -1,7 +1,8 @@
-"""NVIDIA TileLang implementation of `schedule_mtp_varlen`: the next varlen step's schedule after an
-MTP verification step, and its attention work split, in one launch.
+"""NVIDIA TileLang implementations of `schedule_mtp_varlen`: the next varlen step's schedule after an
+MTP verification step, and its attention work split, in one launch. Two kernels, one contract:
 
-    k = schedule_mtp_varlen_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype)
+    k = schedule_mtp_varlen_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype)              # any B
+    k = schedule_mtp_varlen_warp_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, slots)  # B <= 32 slots
     k(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids,
       last_hidden_rows, tile_metadata, num_splits)
 
@@ -10,12 +11,12 @@ new_seq_lens, last_hidden_rows (B,); query_start_loc, num_splits (B + 1,); posit
 (num_tokens,); tile_metadata (num_sm_parts, 8): int32, all contiguous.
 
 Semantics are `kernels.schedule_mtp_varlen.ref` (the contract), exactly. B and num_tokens are
-dynamic (one compile per (k, block_size, num_sm_parts, dtypes) serves every batch and padded token
+dynamic (one compile per (k, block_size, num_sm_parts, dtypes[, slots]) serves every batch and padded token
 count); 1 <= B <= MAX_BATCH (the interface launches nothing for B == 0 and rejects larger batches).
 Every active length is at most (INT32_MAX // MAX_BATCH) * block_size, so every length, block count
 and prefix fits int32; the part boundaries p * per_part are computed in int64.
 
-One block of 512 threads: the whole computation is three prefix sums over B <= 4096 requests and a
+schedule_mtp_varlen_tl, one block of 512 threads: the whole computation is three prefix sums over B <= 4096 requests and a
 few hundred searches, a few microseconds of latency at most, so a second launch or cross-block
 communication would cost more than it saves. Thread t owns the keff = ceil(B / 512) consecutive
 requests keff * t .. keff * t + keff - 1 (one request each up to B = 512, at most 8 at B = 4096): the
@@ -29,6 +30,25 @@ the num_splits prefix. Each thread then writes its requests' 1 + k tokens, and t
 out one per thread: a part finds the requests of its first and last block by binary search over the
 shared block prefix (12 steps). Tokens at or past query_start_loc[B] are padded with -1 by a
 strided loop.
+
+schedule_mtp_varlen_warp_tl, for decode batches (1 <= B <= 32 * slots, slots in WARP_KERNEL_SLOTS;
+the interface picks the fewest slots that hold B, and the kernel by api.WARP_KERNEL_MAX_BATCH). The
+block kernel's time at small B is its chain of dependent steps (three block scans, 24 dependent
+shared loads per part) and 16 warps issuing it, not data; this one keeps the chain to what one warp
+needs. Lane l holds requests b = 32 i + l of slots i < slots (coalesced loads, all issued before any
+use). Each warp computes the whole request side itself, so warps never wait for each other (no
+block barrier, no shared memory between warps): the query prefix is q times a ballot count of the
+active requests below; the block prefix one warp scan per slot (shuffles, the slots interleaved)
+plus the slot totals in order, into the warp's own shared `starts` (one __syncwarp before reading);
+num_splits needs no second scan: the (request, part) pairs below request b are one per request with
+blocks plus one per part boundary strictly inside one, i.e. the boundaries in (0, start_b), counted
+by a division, less those landing on a request's first block (a ballot). The warps (one per 32
+parts, at most four: one per SM sub-partition) split only the writes: slot i's requests go to warp
+i % warps, part p to warp (p // 32) % warps, each lane's parts in unrolled rounds whose two binary
+searches (first and last block, log2(32 slots) steps over `starts`) run side by side. A first or
+last request is split exactly when it starts before its part or ends after it (no division). The
+-1 padding loop comes last. B <= 256 requests of at most INT32_MAX // MAX_BATCH blocks keep every
+block index below 2**27 (int32); p * per_part is compared in int64.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -40,13 +60,14 @@ from kernels.schedule_mtp_varlen.ref import (
     BACKEND_INDEX_DTYPES as INDEX_DTYPES,
     MAX_BATCH,
     META_FIELDS,
+    WARP_KERNEL_SLOTS,
     check_config,
     max_context,
     schedule_mtp_varlen_shipped_configs,
 )
 from kernels.tl_scan import WARP, block_scan_macro
 
-__all__ = ["INDEX_DTYPES", "schedule_mtp_varlen_shipped_configs", "schedule_mtp_varlen_tl"]
+__all__ = ["INDEX_DTYPES", "WARP_KERNEL_SLOTS", "schedule_mtp_varlen_shipped_configs", "schedule_mtp_varlen_tl", "schedule_mtp_varlen_warp_tl"]
 
 _THREADS = 512
 _WARPS = _THREADS // WARP
@@ -54,6 +75,8 @@ _PER_THREAD = MAX_BATCH // _THREADS
 # Binary search over [0, B - 1], B <= MAX_BATCH = 2**12.
 _STEPS = 12
 _FIELDS = len(META_FIELDS)
+# Shuffle rounds of an inclusive warp scan: log2(WARP).
+_SHUFFLES = 5
 
 
 @tilelang.jit
@@ -201,3 +224,174 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
                                 tile_metadata[p, c] = 0
 
     return schedule_mtp_varlen
+
+
+# The warp kernel (schedule_mtp_varlen_warp_tl). Its request work is per warp, so every warp of the
+# block does it whole (they share nothing: no block barrier); the warps only split the writes.
+# Up to four warps, one per 32 parts: four SM sub-partitions issue the four warps' copies of the
+# request work side by side, a fifth would share an issue slot.
+_MAX_WARPS = 4
+# The only shared array is per warp, ordered by __syncwarp; TileLang's block barriers would put the
+# chain back.
+_WARP_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True}
+
+
+@tilelang.jit(pass_configs=_WARP_PASS_CONFIGS)
+def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str, slots: int):
+    """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) for batches of
+    1 <= B <= 32 * slots requests, slots one of WARP_KERNEL_SLOTS (memoised)."""
+    check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
+    if slots not in WARP_KERNEL_SLOTS:
+        raise ValueError(f"schedule_mtp_varlen: slots must be one of {WARP_KERNEL_SLOTS}, got {slots!r}")
+    q = 1 + num_draft
+    cap = max_context(block_size, num_draft)
+    P, R = num_sm_parts, slots
+    # One warp per 32 parts, at most _MAX_WARPS; a lane takes its parts in `rounds` unrolled rounds.
+    warps = min(-(-P // WARP), _MAX_WARPS)
+    rounds = -(-P // (WARP * warps))
+    # Binary search over [0, B - 1], B <= 32 * R, a power of two.
+    steps = (WARP * R).bit_length() - 1
+    B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+
+    @T.prim_func
+    def schedule_mtp_varlen_warp(
+        seq_lens_before: T.Tensor((B,), len_dtype),
+        num_accepted: T.Tensor((B,), acc_dtype),
+        new_seq_lens: T.Tensor((B,), "int32"),
+        query_start_loc: T.Tensor((Bp,), "int32"),
+        positions: T.Tensor((n,), "int32"),
+        request_ids: T.Tensor((n,), "int32"),
+        last_hidden_rows: T.Tensor((B,), "int32"),
+        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
+        num_splits: T.Tensor((Bp,), "int32"),
+    ):
+        with T.Kernel(1, threads=WARP * warps) as _:
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // WARP, tx % WARP
+            s_in = T.alloc_local((R,), len_dtype)
+            a_in = T.alloc_local((R,), acc_dtype)
+            lens = T.alloc_local((R,), "int32")  # next length, 0 when inactive
+            acc = T.alloc_local((R,), "int32")  # accepted drafts, clamped
+            blocks = T.alloc_local((R,), "int32")
+            incl = T.alloc_local((R,), "int32")  # inclusive block prefix within the slot's 32 requests
+            start = T.alloc_local((R,), "int32")  # the request's first global block
+            busy = T.alloc_local((R,), "uint32")  # ballot: requests with blocks (the active ones)
+            run = T.alloc_local((3,), "int32")  # over the lower slots: blocks, busy, aligned requests
+            g0 = T.alloc_local((rounds,), "int32")
+            g_last = T.alloc_local((rounds,), "int32")
+            fr = T.alloc_local((rounds,), "int32")
+            lr = T.alloc_local((rounds,), "int32")
+            # starts[w, b] = the first global block of request b (b = B: the total), one row per warp.
+            starts = T.alloc_shared((warps, WARP * R + 1), "int32")
+            lower_lanes = (T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1)
+
+            # Request b = 32 i + lane in slot i. Every load is issued before any is used: lanes past
+            # the batch read request B - 1 (B >= 1) and drop it, so no load sits in a branch.
+            for i in T.unroll(R):
+                s_in[i] = seq_lens_before[T.min(i * WARP + lane, B - 1)]
+                a_in[i] = num_accepted[T.min(i * WARP + lane, B - 1)]
+            for i in T.unroll(R):
+                s = T.cast(s_in[i], "int64")
+                a = T.max(T.min(T.cast(a_in[i], "int64"), num_draft), 0)
+                live = i * WARP + lane < B and s >= 0 and s <= cap
+                lens[i] = T.if_then_else(live, T.cast(s + a + (2 + num_draft), "int32"), 0)
+                acc[i] = T.cast(a, "int32")
+                # An active request has at least 2 + k tokens, so at least one block.
+                busy[i] = T.cast(T.ballot_sync(lens[i] > 0), "uint32")
+                blocks[i] = (lens[i] + (block_size - 1)) // block_size
+                incl[i] = blocks[i]
+
+            # Block prefix: one warp scan per slot, the slots' shuffles interleaved, then the slots'
+            # totals (lane 31) carried over in order. B <= 256 requests of at most
+            # INT32_MAX // MAX_BATCH blocks: every block index below fits int32 with room (< 2**27).
+            for d in T.unroll(_SHUFFLES):
+                for i in T.unroll(R):
+                    up = T.shfl_up(incl[i], 1 << d)
+                    if lane >= (1 << d):
+                        incl[i] += up
+            run[0] = 0
+            for i in T.unroll(R):
+                start[i] = run[0] + incl[i] - blocks[i]
+                starts[warp, i * WARP + lane + 1] = start[i] + blocks[i]
+                run[0] += T.shfl_sync(incl[i], WARP - 1)
+            if lane == 0:
+                starts[warp, 0] = 0
+            # The warp's searches read every lane's starts.
+            T.sync_warp()
+            # per_part >= 1 whenever a part owns a block; pp stands in for it in the divisions.
+            per_part = T.truncdiv(run[0] + (P - 1), P)
+            pp = T.max(per_part, 1)
+
+            # Per-request outputs, slot i by warp i % warps. The query prefix is q times the busy
+            # requests below (a ballot). num_splits[b] counts the (request, part) pairs of the
+            # requests below b: one per busy request, plus one per part boundary strictly inside
+            # one, i.e. the boundaries in (0, start) less those on a busy request's first block:
+            # ballots again, no second scan.
+            run[1] = 0
+            run[2] = 0
+            for i in T.unroll(R):
+                below = T.truncdiv(T.max(start[i] - 1, 0), pp)
+                aligned = T.cast(T.ballot_sync(lens[i] > 0 and start[i] > 0 and start[i] - 1 - below * pp == pp - 1), "uint32")
+                if warp == i % warps and i * WARP + lane < B:
+                    b = i * WARP + lane
+                    busy_below = run[1] + T.cast(T.popcount(busy[i] & lower_lanes), "int32")
+                    new_seq_lens[b] = lens[i]
+                    query_start_loc[b] = q * busy_below
+                    last_hidden_rows[b] = T.if_then_else(lens[i] > 0, b * q + acc[i], -1)
+                    num_splits[b] = busy_below + below - run[2] - T.cast(T.popcount(aligned & lower_lanes), "int32")
+                    if lens[i] > 0:
+                        for j in T.unroll(q):
+                            if q * busy_below + j < n:
+                                positions[q * busy_below + j] = lens[i] - q + j
+                                request_ids[q * busy_below + j] = b
+                run[1] += T.cast(T.popcount(busy[i]), "int32")
+                run[2] += T.cast(T.popcount(aligned), "int32")
+            if tx == 0:
+                query_start_loc[B] = q * run[1]
+                num_splits[B] = run[1] + T.truncdiv(T.max(run[0] - 1, 0), pp) - run[2]
+
+            # Parts: the lane's part p of round r owns global blocks [g0, g_last]; its first and last
+            # requests by binary search over the warp's starts, every round's two searches in step.
+            for r in T.unroll(rounds):
+                p = (r * warps + warp) * WARP + lane
+                # An unowned part (g0 >= total; p * per_part may pass int32) searches for block 0.
+                owned = T.cast(p, "int64") * per_part < T.cast(run[0], "int64")
+                g0[r] = T.if_then_else(owned, p * per_part, 0)
+                g_last[r] = T.if_then_else(owned, T.min(g0[r] + per_part, run[0]) - 1, 0)
+                fr[r] = 0
+                lr[r] = 0
+            for st in T.unroll(steps):
+                for r in T.unroll(rounds):
+                    if fr[r] + ((WARP * R) >> (st + 1)) <= B - 1:
+                        if starts[warp, fr[r] + ((WARP * R) >> (st + 1))] <= g0[r]:
+                            fr[r] += (WARP * R) >> (st + 1)
+                    if lr[r] + ((WARP * R) >> (st + 1)) <= B - 1:
+                        if starts[warp, lr[r] + ((WARP * R) >> (st + 1))] <= g_last[r]:
+                            lr[r] += (WARP * R) >> (st + 1)
+            for r in T.unroll(rounds):
+                p = (r * warps + warp) * WARP + lane
+                if p < P:
+                    if T.cast(p, "int64") * per_part < T.cast(run[0], "int64"):
+                        tile_metadata[p, 0] = fr[r]
+                        tile_metadata[p, 1] = g0[r] - starts[warp, fr[r]]
+                        tile_metadata[p, 2] = lr[r]
+                        tile_metadata[p, 3] = g_last[r] + 1 - starts[warp, lr[r]]
+                        tile_metadata[p, 4] = p - T.truncdiv(starts[warp, fr[r]], per_part)
+                        # A request is split when it starts before this part or ends after it.
+                        tile_metadata[p, 5] = T.if_then_else(starts[warp, fr[r]] < g0[r] or starts[warp, fr[r] + 1] - g0[r] > per_part, 1, 0)
+                        tile_metadata[p, 6] = T.if_then_else(starts[warp, lr[r]] < g0[r] or starts[warp, lr[r] + 1] - g0[r] > per_part, 1, 0)
+                        tile_metadata[p, 7] = g_last[r] + 1 - g0[r]
+                    else:
+                        tile_metadata[p, 0] = -1
+                        tile_metadata[p, 2] = -1
+                        for c in T.unroll(_FIELDS):
+                            if c != 0 and c != 2:
+                                tile_metadata[p, c] = 0
+
+            # Padding tokens last: a loop whose length depends on the data, off every other chain.
+            for r in T.serial(T.ceildiv(T.max(n - q * run[1], 0), WARP * warps)):
+                if q * run[1] + r * (WARP * warps) + tx < n:
+                    positions[q * run[1] + r * (WARP * warps) + tx] = -1
+                    request_ids[q * run[1] + r * (WARP * warps) + tx] = -1
+
+    return schedule_mtp_varlen_warp

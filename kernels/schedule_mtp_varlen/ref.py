@@ -80,6 +80,7 @@ __all__ = [
     "MAX_SM_PARTS",
     "META_FIELDS",
     "MtpSchedule",
+    "WARP_KERNEL_SLOTS",
     "check_config",
     "max_context",
     "schedule_mtp_varlen_ref",
@@ -200,6 +201,9 @@ def schedule_mtp_varlen_ref(
 # Static arguments of the backend factories (cuda.py and asc.py share them).
 
 BACKEND_INDEX_DTYPES = ("int32", "int64")
+# Requests per lane of the NVIDIA warp kernel (cuda.schedule_mtp_varlen_warp_tl, a static argument):
+# it serves batches up to 32 * slots requests; the interface compiles the smallest that holds B.
+WARP_KERNEL_SLOTS = (1, 2, 4, 8)
 
 
 def _check_int(name: str, arg: str, value, low: int, high: int) -> None:

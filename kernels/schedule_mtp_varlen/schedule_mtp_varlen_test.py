@@ -171,6 +171,11 @@ def test_ref_more_parts_than_blocks():
 
 
 @pytest.mark.ref
+def test_warp_kernel_threshold_within_its_capacity():
+    assert 1 <= api.WARP_KERNEL_MAX_BATCH <= 32 * ref.WARP_KERNEL_SLOTS[-1]
+
+
+@pytest.mark.ref
 @pytest.mark.parametrize("len_dtype", IDX, ids=str)
 def test_cpu_interface_writes_every_output(len_dtype):
     s, a = random_batch(40, 3, 64, len_dtype, torch.int32)
@@ -248,18 +253,35 @@ def _config_id(config) -> str:
     return "k{}-bs{}-p{}-{}-{}".format(*config)
 
 
+# The CUDA kernels: the block kernel, and the warp kernel at every slot count (requests per lane).
+CUDA_KERNELS = [("schedule_mtp_varlen_tl", ())] + [("schedule_mtp_varlen_warp_tl", (s,)) for s in ref.WARP_KERNEL_SLOTS]
+
+
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", ref.schedule_mtp_varlen_shipped_configs(), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+@pytest.mark.parametrize("kernel", CUDA_KERNELS, ids=lambda k: k[0] + "".join(f"-slots{s}" for s in k[1]))
+def test_cuda_config_compiles_without_spills(kernel, arch, config):
     from kernels.schedule_mtp_varlen import cuda
     from testing import codegen_cuda
 
-    source = codegen_cuda.cuda_source(cuda.schedule_mtp_varlen_tl, *config, arch=arch)
-    # One launch, no atomics: prefixes by fixed-order block scans, parts by search.
+    factory, extra = getattr(cuda, kernel[0]), kernel[1]
+    source = codegen_cuda.cuda_source(factory, *config, *extra, arch=arch)
+    # One launch, no atomics: prefixes by fixed-order scans and ballots, parts by search.
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
-    report = codegen_cuda.check_cuda_resources(cuda.schedule_mtp_varlen_tl, *config, arch=arch)
+    if extra:
+        # The warp kernel's warps never wait for each other.
+        assert "__syncthreads" not in source
+    report = codegen_cuda.check_cuda_resources(factory, *config, *extra, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+def test_cuda_warp_kernel_rejects_other_slot_counts():
+    from kernels.schedule_mtp_varlen import cuda
+
+    with pytest.raises(ValueError, match="slots must be one of"):
+        cuda.schedule_mtp_varlen_warp_tl(1, 64, 132, "int32", "int32", 3)
 
 
 @pytest.mark.codegen_cuda
@@ -288,21 +310,49 @@ def test_ascend_config_lowers_and_fits_ub(config):
 # ----------------------------------------------------------------------------------------------------
 # Device: the backend's kernel against the reference, on the accelerator.
 
-# (B, k, block_size, num_sm_parts): decode batches 1 .. 4096, so every per-thread request count
-# keff = ceil(B / 512) of the kernel: 1, 2 (513 and 1024, a partial and a full last round), 5 (2500)
-# and 8 (4096, the largest batch); DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block
-# sizes, more parts than threads.
+# Largest batch of the warp kernel: 32 lanes x the most slots.
+WARP_CAPACITY = 32 * ref.WARP_KERNEL_SLOTS[-1]
+
+
+@pytest.fixture(params=["block", "warp"])
+def kernel_choice(request, monkeypatch):
+    """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
+    every batch takes the block kernel, or the warp kernel up to all it holds (batches beyond it are
+    the block kernel's alone and skipped here). Other backends have the block kernel only."""
+    monkeypatch.setattr(api, "WARP_KERNEL_MAX_BATCH", 0 if request.param == "block" else WARP_CAPACITY)
+    return request.param
+
+
+def _skip_beyond_warp(kernel_choice, n_req):
+    if kernel_choice == "warp" and n_req > WARP_CAPACITY:
+        pytest.skip(f"B = {n_req} is beyond the warp kernel's {WARP_CAPACITY} requests")
+
+
+# (B, k, block_size, num_sm_parts): decode batches 1 .. 4096. For the warp kernel every slot count
+# (B 1, 2, 31, 32: one; 33, 37, 64: two; 65, 100: four; 129, 255, 256: eight), its capacity and the
+# interface threshold +- 1 (255, 256, 257). For the block kernel every per-thread request count
+# keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last round), 5 (2500) and 8 (4096,
+# the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block sizes, one part,
+# more parts than threads (600, and 1024: the warp kernel's most rounds).
 DEVICE_CASES = [
     (1, 1, 64, 132),
+    (2, 3, 64, 132),
     (8, 3, 64, 132),
+    (31, 1, 7, 132),
+    (32, 3, 64, 1024),
+    (33, 2, 16, 5),
+    (37, 0, 48, 600),
     (64, 1, 64, 132),
+    (65, 3, 64, 132),
+    (100, 3, 1, 1),
+    (129, 15, 4096, 33),
     (255, 3, 64, 132),
+    (256, 1, 64, 132),
+    (257, 3, 64, 132),
+    (513, 2, 16, 7),
     (1024, 3, 64, 132),
     (2500, 3, 64, 132),
     (4096, 1, 64, 132),
-    (37, 0, 48, 600),
-    (513, 2, 16, 7),
-    (100, 3, 1, 1),
 ]
 
 
@@ -315,8 +365,9 @@ def _device_batch(n_req, k, block_size, len_dtype, acc_dtype, device):
 @pytest.mark.parametrize("len_dtype", IDX, ids=str)
 @pytest.mark.parametrize("acc_dtype", IDX, ids=str)
 @pytest.mark.parametrize("case", DEVICE_CASES, ids=lambda c: "B{}-k{}-bs{}-p{}".format(*c))
-def test_device_matches_ref(device, len_dtype, acc_dtype, case):
+def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
     n_req, k, block_size, parts = case
+    _skip_beyond_warp(kernel_choice, n_req)
     s, a = _device_batch(n_req, k, block_size, len_dtype, acc_dtype, device)
     for n_tok in (n_req * (1 + k), n_req * (1 + k) + 300, max(n_req // 2, 1), 0):
         outs = api.MtpSchedule(*(poisoned(shape, torch.int32, device) for shape in api.output_shapes(n_req, n_tok, parts)))
@@ -327,16 +378,34 @@ def test_device_matches_ref(device, len_dtype, acc_dtype, case):
 
 
 @pytest.mark.device
-def test_device_long_contexts_and_all_inactive(device):
+@pytest.mark.parametrize("n_req", [WARP_CAPACITY, 4096])
+def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
     # Lengths at the active limit (a block total just under 2**31 at B = 4096) and one past it
     # (inactive), then a batch with no active request.
+    _skip_beyond_warp(kernel_choice, n_req)
     k, bs, parts = 3, 64, 132
-    s = torch.full((4096,), ref.max_context(bs, k), dtype=torch.int64)
+    s = torch.full((n_req,), ref.max_context(bs, k), dtype=torch.int64)
     s[::3] = ref.max_context(bs, k) + 1
-    a = torch.full((4096,), k, dtype=torch.int32)
-    for lens in (s, torch.full((4096,), -1, dtype=torch.int64)):
+    a = torch.full((n_req,), k, dtype=torch.int32)
+    for lens in (s, torch.full((n_req,), -1, dtype=torch.int64)):
         got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=bs, num_sm_parts=parts)
         assert_schedule(got, ref.schedule_mtp_varlen_ref(lens, a, k, bs, parts), "long")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("n_req,k,block_size,parts", [(1, 3, 64, 132), (32, 1, 64, 132), (33, 1, 4, 7), (256, 3, 64, 132)])
+def test_device_part_boundaries_on_request_starts(device, kernel_choice, n_req, k, block_size, parts):
+    # Every request 2 or 4 blocks long, so request starts fall on part boundaries (num_splits counts
+    # them apart), and one request holding every block.
+    _skip_beyond_warp(kernel_choice, n_req)
+    s = torch.where(torch.arange(n_req) % 2 == 0, 2 * block_size, 4 * block_size) - (2 + k)
+    a = torch.zeros(n_req, dtype=torch.int32)
+    single = torch.full((n_req,), -1)
+    single[n_req // 2] = 1000 * block_size
+    for lens in (s, single):
+        got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=block_size, num_sm_parts=parts)
+        assert_schedule(got, ref.schedule_mtp_varlen_ref(lens, a, k, block_size, parts), "boundaries")
+        check_split(got, block_size, parts)
 
 
 @pytest.mark.device
@@ -348,7 +417,7 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
 
 
 @pytest.mark.device
-def test_device_cuda_graph_replay(device, backend):
+def test_device_cuda_graph_replay(device, backend, kernel_choice):
     # Captured once at fixed sizes, replayed with new contents: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
