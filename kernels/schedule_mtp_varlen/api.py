@@ -24,10 +24,11 @@ Returns an MtpSchedule (every field int32; exact rules in kernels/schedule_mtp_v
   new_seq_lens (B,), query_start_loc (B + 1,), positions (num_tokens,), request_ids (num_tokens,),
   last_hidden_rows (B,), tile_metadata (num_sm_parts, 8), num_splits (B + 1,).
 
-CUDA tensors run one TileLang kernel launch (no host sync, every size fixed by the arguments: CUDA-graph
-capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests (where the backend has it), the
-block kernel above (see kernels/schedule_mtp_varlen/cuda.py); both give the same schedule. CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or
-ValueError naming the argument before anything is written. An empty batch (B == 0) launches no
+CUDA tensors run one TileLang kernel launch (no host sync, every size fixed by the arguments:
+CUDA-graph capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests (where the backend has
+it), the block kernel above (see kernels/schedule_mtp_varlen/cuda.py); both give the same schedule.
+CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
+naming the argument before anything is written. An empty batch (B == 0) launches no
 kernel: outputs are filled by torch (query_start_loc = num_splits = [0], -1 tokens, empty parts).
 """
 
