@@ -317,15 +317,21 @@ WARP_CAPACITY = 32 * ref.WARP_KERNEL_SLOTS[-1]
 @pytest.fixture(params=["block", "warp"])
 def kernel_choice(request, monkeypatch):
     """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
-    every batch takes the block kernel, or the warp kernel up to all it holds (batches beyond it are
-    the block kernel's alone and skipped here). Other backends have the block kernel only."""
+    every batch takes the block kernel, or the warp kernel up to all it holds. Tests over batch sizes
+    take it through with_kernels. Other backends have the block kernel only."""
     monkeypatch.setattr(api, "WARP_KERNEL_MAX_BATCH", 0 if request.param == "block" else WARP_CAPACITY)
     return request.param
 
 
-def _skip_beyond_warp(kernel_choice, n_req):
-    if kernel_choice == "warp" and n_req > WARP_CAPACITY:
-        pytest.skip(f"B = {n_req} is beyond the warp kernel's {WARP_CAPACITY} requests")
+def with_kernels(cases, batch_of, case_id):
+    """(kernel_choice, case) parameters: every case through the block kernel, and through the warp
+    kernel where its batch fits (larger batches are the block kernel's alone, so not generated)."""
+    return [
+        pytest.param(kernel, case, id=f"{kernel}-{case_id(case)}")
+        for case in cases
+        for kernel in ("block", "warp")
+        if kernel == "block" or batch_of(case) <= WARP_CAPACITY
+    ]
 
 
 # (B, k, block_size, num_sm_parts): decode batches 1 .. 4096. For the warp kernel every slot count
@@ -364,10 +370,11 @@ def _device_batch(n_req, k, block_size, len_dtype, acc_dtype, device):
 @pytest.mark.device
 @pytest.mark.parametrize("len_dtype", IDX, ids=str)
 @pytest.mark.parametrize("acc_dtype", IDX, ids=str)
-@pytest.mark.parametrize("case", DEVICE_CASES, ids=lambda c: "B{}-k{}-bs{}-p{}".format(*c))
+@pytest.mark.parametrize(
+    "kernel_choice,case", with_kernels(DEVICE_CASES, lambda c: c[0], lambda c: "B{}-k{}-bs{}-p{}".format(*c)), indirect=["kernel_choice"]
+)
 def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
     n_req, k, block_size, parts = case
-    _skip_beyond_warp(kernel_choice, n_req)
     s, a = _device_batch(n_req, k, block_size, len_dtype, acc_dtype, device)
     for n_tok in (n_req * (1 + k), n_req * (1 + k) + 300, max(n_req // 2, 1), 0):
         outs = api.MtpSchedule(*(poisoned(shape, torch.int32, device) for shape in api.output_shapes(n_req, n_tok, parts)))
@@ -378,11 +385,10 @@ def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("n_req", [WARP_CAPACITY, 4096])
+@pytest.mark.parametrize("kernel_choice,n_req", with_kernels([WARP_CAPACITY, 4096], int, "B{}".format), indirect=["kernel_choice"])
 def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
     # Lengths at the active limit (a block total just under 2**31 at B = 4096) and one past it
     # (inactive), then a batch with no active request.
-    _skip_beyond_warp(kernel_choice, n_req)
     k, bs, parts = 3, 64, 132
     s = torch.full((n_req,), ref.max_context(bs, k), dtype=torch.int64)
     s[::3] = ref.max_context(bs, k) + 1
@@ -397,7 +403,6 @@ def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
 def test_device_part_boundaries_on_request_starts(device, kernel_choice, n_req, k, block_size, parts):
     # Every request 2 or 4 blocks long, so request starts fall on part boundaries (num_splits counts
     # them apart), and one request holding every block.
-    _skip_beyond_warp(kernel_choice, n_req)
     s = torch.where(torch.arange(n_req) % 2 == 0, 2 * block_size, 4 * block_size) - (2 + k)
     a = torch.zeros(n_req, dtype=torch.int32)
     single = torch.full((n_req,), -1)
