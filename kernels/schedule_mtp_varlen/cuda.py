@@ -79,6 +79,16 @@ _FIELDS = len(META_FIELDS)
 _SHUFFLES = 5
 
 
+@T.macro
+def _write_unowned_part(tile_metadata, p):
+    """Part p owns no block: -1 requests, zero offsets, counts and flags."""
+    tile_metadata[p, 0] = -1
+    tile_metadata[p, 2] = -1
+    for c in T.unroll(_FIELDS):
+        if c != 0 and c != 2:
+            tile_metadata[p, c] = 0
+
+
 @tilelang.jit
 def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str):
     """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) (memoised)."""
@@ -217,11 +227,7 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
                         tile_metadata[p, 6] = T.if_then_else((starts[lr[0] + 1] - 1) // pp > starts[lr[0]] // pp, 1, 0)
                         tile_metadata[p, 7] = T.cast(g1 - g0, "int32")
                     else:
-                        tile_metadata[p, 0] = -1
-                        tile_metadata[p, 2] = -1
-                        for c in T.unroll(_FIELDS):
-                            if c != 0 and c != 2:
-                                tile_metadata[p, c] = 0
+                        _write_unowned_part(tile_metadata, p)
 
     return schedule_mtp_varlen
 
@@ -382,11 +388,7 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
                         tile_metadata[p, 6] = T.if_then_else(starts[warp, lr[r]] < g0[r] or starts[warp, lr[r] + 1] - g0[r] > per_part, 1, 0)
                         tile_metadata[p, 7] = g_last[r] + 1 - g0[r]
                     else:
-                        tile_metadata[p, 0] = -1
-                        tile_metadata[p, 2] = -1
-                        for c in T.unroll(_FIELDS):
-                            if c != 0 and c != 2:
-                                tile_metadata[p, c] = 0
+                        _write_unowned_part(tile_metadata, p)
 
             # Padding tokens last: a loop whose length depends on the data, off every other chain.
             for r in T.serial(T.ceildiv(T.max(n - q * run[1], 0), WARP * warps)):
