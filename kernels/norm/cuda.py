@@ -39,10 +39,11 @@ its vectors first, accumulates their squares, the row's threads reduce with warp
 rows wider than a warp, one shared-memory exchange of the per-warp sums (every thread adds them in
 the same order, so all get the same total); then each thread scales the values it still holds and
 stores them. x (and residual) are read from global memory exactly once; the weight is read in the
-scale pass, after the barrier (from L2 once the first blocks have fetched it; at decode sizes that is
-a second memory round trip; loading it with x would hold a weight vector per step in registers,
-which spills at the register cap below for several widths). Short rows put
-several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
+scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
+which spills at the register cap below for several widths). So that this read finds it in L2, the
+block's first threads prefetch the weight's lines into L2 before loading x (one `prefetch.L2` per
+128-byte line, no register held): at decode sizes it would otherwise be a second DRAM round trip
+after the reduction. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
 
 FP8 output (rmsnorm_fp8_tl, add_rmsnorm_fp8_tl; the section at the end of this file). q (t, D)
@@ -230,6 +231,35 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
     ]
 
 
+# A hint that brings the line holding p into L2 and holds no register (PTX prefetch, generic address).
+_PREFETCH_L2_SOURCE = """
+__device__ __forceinline__ void tl_ops_prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
+"""
+_LINE_BYTES = 128
+
+
+def _weight_prefetch(cfg: NormConfig, D: int):
+    """A macro: the block's first threads ask L2 for every line of the weight, one line each.
+
+    The kernels that read the weight only after the reduction (where registers for it would spill)
+    then find it in L2: at decode sizes, where each row's block is alone on its SM, that takes a
+    DRAM round trip off the critical path. Lines are counted from the weight's first element, so
+    D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the row).
+    """
+    elem = cfg.vector_bytes // cfg.vector_elems
+    lines = D * elem // _LINE_BYTES + 1
+    rounds = -(-lines // cfg.threads)
+
+    @T.macro
+    def prefetch_weight(weight, tx):
+        for i in T.unroll(rounds):
+            if tx + i * cfg.threads < lines:
+                offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
+                T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
+
+    return prefetch_weight
+
+
 def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
     """The pieces every RMSNorm variant shares, specialised to one configuration.
 
@@ -349,6 +379,7 @@ def rmsnorm_tl(
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -358,7 +389,7 @@ def rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -367,6 +398,7 @@ def rmsnorm_tl(
             buf = T.alloc_local((steps, vec), dtype)
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
+            prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
             inv_rms(buf, row < t, tx, red, inv)
@@ -390,6 +422,7 @@ def add_rmsnorm_tl(
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -400,7 +433,7 @@ def add_rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -409,6 +442,7 @@ def add_rmsnorm_tl(
             rbuf = T.alloc_local((steps, vec), dtype)
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
+            prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
                 load_row(residual, row, lane, rbuf)
@@ -718,6 +752,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -730,7 +765,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
 
     @T.macro
     def body(x, residual, weight, q, scale, y):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -742,6 +777,9 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             # Its own buffer: threads may still read `red` when the first lanes publish their amax.
             red_max = T.alloc_shared((rows, grp.slots, cfg.warps_per_row), "float32")
             wbuf = T.alloc_local((steps, vec), dtype)
+            if residual is not None:
+                # The fused variant loads the weight after the reduction (load_weight says why).
+                prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
                 if residual is not None:
