@@ -41,9 +41,12 @@ the same order, so all get the same total); then each thread scales the values i
 stores them. x (and residual) are read from global memory exactly once; the weight is read in the
 scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
 which spills at the register cap below for several widths). So that this read finds it in L2, the
-block's first threads prefetch the weight's lines into L2 before loading x (one `prefetch.L2` per
-128-byte line, no register held): at decode sizes it would otherwise be a second DRAM round trip
-after the reduction. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
+fused kernels' first threads prefetch the weight's lines into L2 as x's loads go out (one
+`prefetch.L2` per 128-byte line, no register held): at decode sizes it would otherwise be a second
+DRAM round trip after the reduction. (In the plain kernel ptxas issues the prefetch only at the
+reduction, too late to help, so it has none.) The weight is read through the read-only path
+(`__ldg`), which nvcc no longer infers once the weight's address has reached the prefetch's inline
+assembly. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
 
 FP8 output (rmsnorm_fp8_tl, add_rmsnorm_fp8_tl; the section at the end of this file). q (t, D)
@@ -231,19 +234,35 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
     ]
 
 
-# A hint that brings the line holding p into L2 and holds no register (PTX prefetch, generic address).
+# tl_ops_prefetch_l2: a hint that brings the line holding p into L2 and holds no register (PTX
+# prefetch, generic address). tl_ops_load_nc<Bytes>: one vector through the read-only path (__ldg).
+# The weight's pointer reaches the prefetch's inline assembly, after which nvcc no longer proves the
+# weight read-only: its plain loads then lose the non-coherent path and queue behind y's stores.
 _PREFETCH_L2_SOURCE = """
 __device__ __forceinline__ void tl_ops_prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
+template <int Bytes> struct tl_ops_word;
+template <> struct tl_ops_word<2> { using type = unsigned short; };
+template <> struct tl_ops_word<4> { using type = unsigned int; };
+template <> struct tl_ops_word<8> { using type = uint2; };
+template <> struct tl_ops_word<16> { using type = uint4; };
+template <int Bytes, typename T> __device__ __forceinline__ void tl_ops_load_nc(T *dst, const T *src) {
+  using W = typename tl_ops_word<Bytes>::type;
+  *reinterpret_cast<W *>(dst) = __ldg(reinterpret_cast<const W *>(src));
+}
 """
 _LINE_BYTES = 128
+
+
+def _load_nc(cfg: NormConfig, dst, src):
+    """dst's vector <- src's, one `vector_bytes` load through the read-only path."""
+    return T.evaluate(T.call_extern("handle", f"tl_ops_load_nc<{cfg.vector_bytes}>", dst, src))
 
 
 def _weight_prefetch(cfg: NormConfig, D: int):
     """A macro: the block's first threads ask L2 for every line of the weight, one line each.
 
-    The kernels that read the weight only after the reduction (where registers for it would spill)
-    then find it in L2: at decode sizes, where each row's block is alone on its SM, that takes a
-    DRAM round trip off the critical path. Lines are counted from the weight's first element, so
+    The fused kernels, which read the weight only after the reduction (registers for it would
+    spill), then find it in L2: at decode sizes that takes a DRAM round trip off the critical path. Lines are counted from the weight's first element, so
     D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the row).
     """
     elem = cfg.vector_bytes // cfg.vector_elems
@@ -345,8 +364,7 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
 
     @T.macro
     def store_step(dst, weight, row, lane, buf, inv, wbuf, s):
-        for v in T.vectorized(vec):
-            wbuf[v] = weight[(lane + s * tpr) * vec + v]
+        _load_nc(cfg, T.address_of(wbuf[0]), T.address_of(weight[(lane + s * tpr) * vec]))
         for v in T.vectorized(vec):
             dst[row, (lane + s * tpr) * vec + v] = T.cast(
                 T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype
@@ -379,7 +397,6 @@ def rmsnorm_tl(
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
-    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -398,7 +415,6 @@ def rmsnorm_tl(
             buf = T.alloc_local((steps, vec), dtype)
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
-            prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
             inv_rms(buf, row < t, tx, red, inv)
@@ -437,12 +453,12 @@ def add_rmsnorm_tl(
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
+            prefetch_weight(weight, tx)
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), dtype)
             rbuf = T.alloc_local((steps, vec), dtype)
             red = T.alloc_shared((rows, cfg.warps_per_row), "float32")
             inv = T.alloc_local((1,), "float32")
-            prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
                 load_row(residual, row, lane, rbuf)
@@ -605,8 +621,7 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
 
     @T.macro
     def load_weight_step(weight, lane, wbuf, s):
-        for v in T.vectorized(vec):
-            wbuf[s, v] = weight[(lane + s * tpr) * vec + v]
+        _load_nc(cfg, T.address_of(wbuf[s, 0]), T.address_of(weight[(lane + s * tpr) * vec]))
 
     @T.macro
     def load_weight(weight, lane, wbuf):
@@ -769,6 +784,9 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
+            if residual is not None:
+                # The fused variant loads the weight after the reduction (load_weight says why).
+                prefetch_weight(weight, tx)
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), row_dtype)
@@ -777,9 +795,6 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             # Its own buffer: threads may still read `red` when the first lanes publish their amax.
             red_max = T.alloc_shared((rows, grp.slots, cfg.warps_per_row), "float32")
             wbuf = T.alloc_local((steps, vec), dtype)
-            if residual is not None:
-                # The fused variant loads the weight after the reduction (load_weight says why).
-                prefetch_weight(weight, tx)
             if row < t:
                 load_row(x, row, lane, buf)
                 if residual is not None:
