@@ -41,10 +41,12 @@ the same order, so all get the same total); then each thread scales the values i
 stores them. x (and residual) are read from global memory exactly once; the weight is read in the
 scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
 which spills at the register cap below for several widths). So that this read finds it in L2, the
-fused kernels' first threads prefetch the weight's lines into L2 as x's loads go out (one
-`prefetch.L2` per 128-byte line, no register held): at decode sizes it would otherwise be a second
-DRAM round trip after the reduction. (In the plain kernel ptxas issues the prefetch only at the
-reduction, too late to help, so it has none.) The weight is read through the read-only path
+fused kernel's first threads prefetch the weight's lines into L2 as x's loads go out (one
+`prefetch.L2` per 128-byte line, no register held), in the blocks of a batch's first 64 rows: at
+decode sizes it would otherwise be a second DRAM round trip after the reduction. (In the plain
+kernel ptxas issues the prefetch only at the reduction, too late to help; in the fused FP8 kernel
+the gate spills at D 16384 per token on sm_90a, and prefetching in every block costs 2-4% at large
+batches: neither has one; kernels/norm/PERF.md.) The weight is read through the read-only path
 (`__ldg`), which nvcc no longer infers once the weight's address has reached the prefetch's inline
 assembly. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
@@ -251,6 +253,11 @@ template <int Bytes, typename T> __device__ __forceinline__ void tl_ops_load_nc(
 }
 """
 _LINE_BYTES = 128
+# The blocks of a batch's first rows prefetch the weight. Same-run A/B on the H200 (7168 bf16, every
+# block prefetching): 3-8% faster at 1 to 64 rows, where each block is alone with its row; 3-4%
+# slower from 256 rows on, where the first blocks have brought the weight into L2 for the rest and
+# the others' prefetches are only extra requests.
+_PREFETCH_ROWS = 64
 
 
 def _load_nc(cfg: NormConfig, dst, src):
@@ -261,18 +268,20 @@ def _load_nc(cfg: NormConfig, dst, src):
 def _weight_prefetch(cfg: NormConfig, D: int):
     """A macro: the block's first threads ask L2 for every line of the weight, one line each.
 
-    The fused kernels, which read the weight only after the reduction (registers for it would
-    spill), then find it in L2: at decode sizes that takes a DRAM round trip off the critical path. Lines are counted from the weight's first element, so
+    add_rmsnorm, which reads the weight only after the reduction (registers for it would spill),
+    then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Lines are counted from the weight's first element, so
     D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the row).
     """
     elem = cfg.vector_bytes // cfg.vector_elems
     lines = D * elem // _LINE_BYTES + 1
     rounds = -(-lines // cfg.threads)
+    blocks = -(-_PREFETCH_ROWS // cfg.rows_per_block)
 
     @T.macro
-    def prefetch_weight(weight, tx):
+    def prefetch_weight(weight, bx, tx):
+        """Only in the blocks of the first _PREFETCH_ROWS rows: later blocks find the weight in L2."""
         for i in T.unroll(rounds):
-            if tx + i * cfg.threads < lines:
+            if bx < blocks and tx + i * cfg.threads < lines:
                 offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
                 T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
 
@@ -453,7 +462,7 @@ def add_rmsnorm_tl(
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
-            prefetch_weight(weight, tx)
+            prefetch_weight(weight, bx, tx)
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), dtype)
             rbuf = T.alloc_local((steps, vec), dtype)
@@ -767,7 +776,6 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
-    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -784,9 +792,6 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
-            if residual is not None:
-                # The fused variant loads the weight after the reduction (load_weight says why).
-                prefetch_weight(weight, tx)
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), row_dtype)
