@@ -39,10 +39,16 @@ its vectors first, accumulates their squares, the row's threads reduce with warp
 rows wider than a warp, one shared-memory exchange of the per-warp sums (every thread adds them in
 the same order, so all get the same total); then each thread scales the values it still holds and
 stores them. x (and residual) are read from global memory exactly once; the weight is read in the
-scale pass, after the barrier (from L2 once the first blocks have fetched it; at decode sizes that is
-a second memory round trip; loading it with x would hold a weight vector per step in registers,
-which spills at the register cap below for several widths). Short rows put
-several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
+scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
+which spills at the register cap below for several widths). So that this read finds it in L2, the
+fused kernel's first threads prefetch the weight's lines into L2 as x's loads go out (one
+`prefetch.L2` per 128-byte line, no register held), in the blocks of a batch's first 64 rows: at
+decode sizes it would otherwise be a second DRAM round trip after the reduction. (In the plain
+kernel ptxas issues the prefetch only at the reduction, too late to help; in the fused FP8 kernel
+the gate spills at D 16384 per token on sm_90a, and prefetching in every block costs 2-4% at large
+batches: neither has one; kernels/norm/PERF.md.) The weight is read through the read-only path
+(`__ldg`), which nvcc no longer infers once the weight's address has reached the prefetch's inline
+assembly. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
 
 FP8 output (rmsnorm_fp8_tl, add_rmsnorm_fp8_tl; the section at the end of this file). q (t, D)
@@ -230,6 +236,58 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
     ]
 
 
+# tl_ops_prefetch_l2: a hint that brings the line holding p into L2 and holds no register (PTX
+# prefetch, generic address). tl_ops_load_nc<Bytes>: one vector through the read-only path (__ldg).
+# The weight's pointer reaches the prefetch's inline assembly, after which nvcc no longer proves the
+# weight read-only: its plain loads then lose the non-coherent path and queue behind y's stores.
+_PREFETCH_L2_SOURCE = """
+__device__ __forceinline__ void tl_ops_prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
+template <int Bytes> struct tl_ops_word;
+template <> struct tl_ops_word<2> { using type = unsigned short; };
+template <> struct tl_ops_word<4> { using type = unsigned int; };
+template <> struct tl_ops_word<8> { using type = uint2; };
+template <> struct tl_ops_word<16> { using type = uint4; };
+template <int Bytes, typename T> __device__ __forceinline__ void tl_ops_load_nc(T *dst, const T *src) {
+  using W = typename tl_ops_word<Bytes>::type;
+  *reinterpret_cast<W *>(dst) = __ldg(reinterpret_cast<const W *>(src));
+}
+"""
+_LINE_BYTES = 128
+# The blocks of a batch's first rows prefetch the weight. Same-run A/B on the H200 (7168 bf16, every
+# block prefetching): 3-8% faster at 1 to 64 rows, where each block is alone with its row; 3-4%
+# slower from 256 rows on, where the first blocks have brought the weight into L2 for the rest and
+# the others' prefetches are only extra requests.
+_PREFETCH_ROWS = 64
+
+
+def _load_nc(cfg: NormConfig, dst, src):
+    """dst's vector <- src's, one `vector_bytes` load through the read-only path."""
+    return T.evaluate(T.call_extern("handle", f"tl_ops_load_nc<{cfg.vector_bytes}>", dst, src))
+
+
+def _weight_prefetch(cfg: NormConfig, D: int):
+    """A macro: the block's first threads ask L2 for every line of the weight, one line each.
+
+    add_rmsnorm, which reads the weight only after the reduction (registers for it would spill),
+    then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Lines are counted from the weight's first element, so
+    D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the row).
+    """
+    elem = cfg.vector_bytes // cfg.vector_elems
+    lines = D * elem // _LINE_BYTES + 1
+    rounds = -(-lines // cfg.threads)
+    blocks = -(-_PREFETCH_ROWS // cfg.rows_per_block)
+
+    @T.macro
+    def prefetch_weight(weight, bx, tx):
+        """Only in the blocks of the first _PREFETCH_ROWS rows: later blocks find the weight in L2."""
+        for i in T.unroll(rounds):
+            if bx < blocks and tx + i * cfg.threads < lines:
+                offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
+                T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
+
+    return prefetch_weight
+
+
 def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
     """The pieces every RMSNorm variant shares, specialised to one configuration.
 
@@ -315,8 +373,7 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
 
     @T.macro
     def store_step(dst, weight, row, lane, buf, inv, wbuf, s):
-        for v in T.vectorized(vec):
-            wbuf[v] = weight[(lane + s * tpr) * vec + v]
+        _load_nc(cfg, T.address_of(wbuf[0]), T.address_of(weight[(lane + s * tpr) * vec]))
         for v in T.vectorized(vec):
             dst[row, (lane + s * tpr) * vec + v] = T.cast(
                 T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[v], "float32"), dtype
@@ -358,7 +415,7 @@ def rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -390,6 +447,7 @@ def add_rmsnorm_tl(
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -400,10 +458,11 @@ def add_rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
+            prefetch_weight(weight, bx, tx)
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), dtype)
             rbuf = T.alloc_local((steps, vec), dtype)
@@ -571,8 +630,7 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
 
     @T.macro
     def load_weight_step(weight, lane, wbuf, s):
-        for v in T.vectorized(vec):
-            wbuf[s, v] = weight[(lane + s * tpr) * vec + v]
+        _load_nc(cfg, T.address_of(wbuf[s, 0]), T.address_of(weight[(lane + s * tpr) * vec]))
 
     @T.macro
     def load_weight(weight, lane, wbuf):
@@ -730,7 +788,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
 
     @T.macro
     def body(x, residual, weight, q, scale, y):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
