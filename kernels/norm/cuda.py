@@ -85,7 +85,16 @@ import tilelang.language as T
 
 from kernels.norm.ref import FP8_GROUPS, fp32_eps
 from kernels.quant.formats import E4M3_MAX, SCALE_LAYOUTS
-from kernels.quant.tl_formats import abs_max, e4m3, group_scale
+from kernels.quant.tl_formats import (
+    CUDA_PRELUDE,
+    abs_max,
+    bf16_pair_value,
+    e4m3,
+    fp32_quotient,
+    group_scale,
+    reciprocal_rn,
+    scale_reciprocal,
+)
 from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
@@ -628,6 +637,14 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     full_slots, tail_slot = (1, False) if per_token else (full // grp.group_steps, bool(tail_lanes))
     slot_steps, slot_tail = (full, bool(tail_lanes)) if per_token else (grp.group_steps, False)
 
+    def widen(raw, s, v):
+        """fp32 of raw[s, v], v an unrolled index. A bf16 pair widens from its 32-bit word (one shift
+        or one mask), where the cast of a lone bf16 extracts its half first (a PRMT more for each
+        high half): the plain variant is issue-bound."""
+        if raw.dtype == "bfloat16" and vec % 2 == 0:
+            return bf16_pair_value(T.view(raw, (raw.shape[0], vec // 2), "uint32")[s, v // 2], v % 2)
+        return T.cast(raw[s, v], "float32")
+
     @T.macro
     def load_weight_step(weight, lane, wbuf, s):
         _load_nc(cfg, T.address_of(wbuf[s, 0]), T.address_of(weight[(lane + s * tpr) * vec]))
@@ -645,32 +662,40 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                 load_weight_step(weight, lane, wbuf, full)
 
     @T.macro
-    def normalise_step(weight, y, row, lane, buf, inv, wbuf, s, prefetched):
+    def normalise_step(weight, y, row, lane, buf, inv, wbuf, ybuf, s, prefetched):
         if not prefetched:
             load_weight_step(weight, lane, wbuf, s)
-        # y rounded to dtype; an fp32 buf keeps it widened back (exact).
-        for v in T.vectorized(vec):
-            buf[s, v] = T.cast(
-                T.cast(T.cast(buf[s, v], "float32") * inv[0] * T.cast(wbuf[s, v], "float32"), dtype), buf.dtype
-            )
+        # y rounded to dtype into ybuf; an fp32 buf keeps it widened back (exact).
+        for v in T.unroll(vec):
+            ybuf[0, v] = T.cast(widen(buf, s, v) * inv[0] * widen(wbuf, s, v), dtype)
+        for v in T.unroll(vec):
+            buf[s, v] = widen(ybuf, 0, v) if buf.dtype == "float32" else ybuf[0, v]
         if with_y:
             for v in T.vectorized(vec):
-                y[row, (lane + s * tpr) * vec + v] = T.cast(buf[s, v], dtype)
+                y[row, (lane + s * tpr) * vec + v] = ybuf[0, v]
 
     @T.macro
     def normalise_row(weight, y, row, lane, buf, inv, wbuf, prefetched):
         """buf <- (buf * inv) * weight rounded to dtype (the y the FP8 output quantises); also
         stored into y's row when with_y. `prefetched`: wbuf already holds the weight."""
+        ybuf = T.alloc_local((1, vec), dtype)
         for s in T.unroll(full):
-            normalise_step(weight, y, row, lane, buf, inv, wbuf, s, prefetched)
+            normalise_step(weight, y, row, lane, buf, inv, wbuf, ybuf, s, prefetched)
         if tail_lanes:
             if lane < tail_lanes:
-                normalise_step(weight, y, row, lane, buf, inv, wbuf, full, prefetched)
+                normalise_step(weight, y, row, lane, buf, inv, wbuf, ybuf, full, prefetched)
+
+    @T.macro
+    def widen_row(raw, buf):
+        """buf <- raw widened to fp32, every step (a lane's missing tail step is never read)."""
+        for s in T.unroll(cfg.steps):
+            for v in T.unroll(vec):
+                buf[s, v] = widen(raw, s, v)
 
     @T.macro
     def amax_step(buf, m, s):
         for v in T.unroll(vec):
-            m[0] = abs_max(m[0], T.cast(buf[s, v], "float32"))
+            m[0] = abs_max(m[0], widen(buf, s, v))
 
     @T.macro
     def slot_amax(buf, active, lane, m, first, n, tail):
@@ -698,16 +723,20 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
 
     @T.macro
     def quantise_step(q, row, lane, buf, m, s):
+        # Converted as a vector: pairs of fp32 become e4m3 pairs in one conversion.
+        scaled = T.alloc_local((vec,), "float32")
+        for v in T.unroll(vec):
+            scaled[v] = widen(buf, s, v) * m[0]
         for v in T.vectorized(vec):
-            q[row, (lane + s * tpr) * vec + v] = e4m3(T.cast(buf[s, v], "float32") * m[0])
+            q[row, (lane + s * tpr) * vec + v] = e4m3(scaled[v])
 
     @T.macro
     def quantise_slot(q, scale, row, lane, buf, m, first, n, tail):
         """m (the group's amax) -> scale, stored by the group's first lane -> inv; q = e4m3(y * inv)."""
-        m[0] = group_scale(m[0], E4M3_MAX, ue8m0)
+        m[0] = group_scale(m[0], E4M3_MAX, ue8m0, fp32_quotient)
         if lane % lanes == 0:
             store_scale(scale, row, (first * tpr + lane) // grp.group_vectors, m[0])
-        m[0] = T.float32(1) / m[0]
+        m[0] = scale_reciprocal(m[0], ue8m0, reciprocal_rn)
         for j in T.unroll(n):
             quantise_step(q, row, lane, buf, m, first + j)
         if tail:
@@ -758,7 +787,7 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                         exchange(red, tx, m, full)
                         quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
 
-    return load_weight, normalise_row, quantise_row
+    return load_weight, widen_row, normalise_row, quantise_row
 
 
 def _scale_tensor(scale_layout: str, t, groups: int):
@@ -775,7 +804,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     then normalise in place, group amax, quantise. with_y adds y's store and argument, nothing else."""
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
-    load_weight, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
+    load_weight, widen_row, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -788,7 +817,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
 
     @T.macro
     def body(x, residual, weight, q, scale, y):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE + CUDA_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -801,7 +830,13 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
             red_max = T.alloc_shared((rows, grp.slots, cfg.warps_per_row), "float32")
             wbuf = T.alloc_local((steps, vec), dtype)
             if row < t:
-                load_row(x, row, lane, buf)
+                if wide and dtype == "bfloat16":
+                    # Loaded packed, widened by pairs once all the loads are in flight.
+                    xbuf = T.alloc_local((steps, vec), dtype)
+                    load_row(x, row, lane, xbuf)
+                    widen_row(xbuf, buf)
+                else:
+                    load_row(x, row, lane, buf)
                 if residual is not None:
                     rbuf = T.alloc_local((steps, vec), dtype)
                     load_row(residual, row, lane, rbuf)

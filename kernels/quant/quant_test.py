@@ -256,6 +256,46 @@ def test_ue8m0_scale_from_exponent_bits_matches_the_division(fmt_max):
     assert torch.equal(recip.view(torch.int32), (1.0 / want.view(torch.float32)).view(torch.int32))
 
 
+def _fp32_quotient_steps(a: torch.Tensor, c: float) -> torch.Tensor:
+    """tl_formats.fp32_quotient's steps on fp32 a, each rounding to fp32 once: float64 holds every
+    product and the remainder exactly, and its rounding of the last sum q0 + p (p = remainder * r)
+    can only land on an fp32 midpoint, where the TwoSum error's sign says which way the single
+    fp32 rounding goes."""
+    f32, f64 = torch.float32, torch.float64
+    r = torch.tensor(1.0 / c, dtype=f32).to(f64)
+    q0 = (a.to(f64) * r).to(f32).to(f64)
+    remainder = (a.to(f64) - q0 * c).to(f32).to(f64).clamp_min(-torch.finfo(f32).max)
+    p = remainder * r
+    s = q0 + p
+    bb = s - q0
+    err = (q0 - (s - bb)) + (p - bb)
+    q = s.to(f32)
+    up, down = torch.nextafter(q, torch.tensor(math.inf)), torch.nextafter(q, torch.tensor(-math.inf))
+    q = torch.where((s == (q.to(f64) + up.to(f64)) / 2) & (err > 0), up, q)
+    return torch.where((s == (q.to(f64) + down.to(f64)) / 2) & (err < 0), down, q)
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("fmt_max", [formats.E2M1_MAX, formats.E4M3_MAX])
+def test_fp32_quotient_matches_the_division(fmt_max):
+    # CUDA kernels divide the group amax by fmt_max with tl_formats.fp32_quotient (three roundings,
+    # no slow path): its steps against the IEEE quotient for every mantissa of the floor's binade,
+    # fmt_max's, 1's and the largest, random fp32 of the whole range, and FLT_MAX. The quotient by
+    # 6 or 448 (odd times a power of two) is never within 2**-53 of an fp32 midpoint, so float64's
+    # quotient rounded to fp32 is the IEEE one. kernels/quant/PERF.md: every fp32 of the range, once.
+    floor_bits = int(np.frombuffer(np.float32(formats.amax_floor(fmt_max)).tobytes(), np.uint32)[0])
+    mantissas = torch.arange(2**23, dtype=torch.int64)
+    dense = torch.cat([(e << 23) + mantissas for e in (floor_bits >> 23, int(math.log2(fmt_max)) + 127, 127, 254)])
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    spread = torch.randint(floor_bits, 0x7F7FFFFF, (2**22,), generator=g, dtype=torch.int64)
+    bits = torch.cat([dense, spread, torch.tensor([0x7F7FFFFF])])
+    a = bits[bits >= floor_bits].to(torch.int32).view(torch.float32)
+    want = (a.to(torch.float64) / fmt_max).to(torch.float32)
+    got = _fp32_quotient_steps(a, fmt_max)
+    bad = got.view(torch.int32) != want.view(torch.int32)
+    assert not bad.any(), f"{int(bad.sum())} quotients differ, first a={a[bad][0].item()!r}: {got[bad][0].item()!r} != {want[bad][0].item()!r}"
+
+
 def _e2m1_code_denormal(x: torch.Tensor, k: int | None) -> torch.Tensor:
     """tl_formats.e2m1_code_denormal's steps in torch (fp32, denormals kept on the CPU) for inv = 2**k
     (None: inv 0, an Inf scale), including the caller's fallback when the multiplier underflows."""
@@ -880,6 +920,51 @@ def test_device_64bit_offsets(device):
     q_ref, s_ref = ref.quant_fp8_ref(x[check], 128)
     _assert_same(q[check], q_ref, "q")
     _assert_same(s[check], s_ref, "scale")
+
+
+def _scale_helpers_kernel(fmt_max: float):
+    """kernel(amax, scale, inv): tl_formats.group_scale through fp32_quotient and scale_reciprocal
+    through reciprocal_rn, as the CUDA kernels call them, one element per thread."""
+    import tilelang
+    import tilelang.language as T
+
+    from kernels.quant import tl_formats as F
+
+    @tilelang.jit
+    def build(fmt_max):
+        n = T.dynamic("n")
+
+        @T.prim_func
+        def scale_helpers(amax: T.Tensor((n,), "float32"), scale: T.Tensor((n,), "float32"), inv: T.Tensor((n,), "float32")):
+            with T.Kernel(T.ceildiv(n, 256), threads=256, prelude=F.CUDA_PRELUDE) as bx:
+                i = bx * 256 + T.get_thread_binding(0)
+                if i < n:
+                    scale[i] = F.group_scale(amax[i], fmt_max, False, F.fp32_quotient)
+                    inv[i] = F.scale_reciprocal(scale[i], False, F.reciprocal_rn)
+
+        return scale_helpers
+
+    return build(fmt_max)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("fmt_max", [formats.E2M1_MAX, formats.E4M3_MAX])
+def test_device_fast_scale_division_every_fp32(device, backend, fmt_max):
+    # fp32_quotient and reciprocal_rn (no slow path: valid only on the range group scales take)
+    # against the reference's IEEE division and the IEEE reciprocal, for every non-negative fp32
+    # amax and +Inf: below the floor, the whole range, the largest scales.
+    if backend != "cuda":
+        pytest.skip("fp32_quotient and reciprocal_rn are CUDA expressions")
+    kernel = _scale_helpers_kernel(fmt_max)
+    chunk = 2**28
+    for start in range(0, 0x7F800001, chunk):
+        bits = torch.arange(start, min(start + chunk, 0x7F800001), dtype=torch.int32, device=device)
+        amax = bits.view(torch.float32)
+        scale, inv = poisoned(amax.shape, torch.float32, device), poisoned(amax.shape, torch.float32, device)
+        kernel(amax, scale, inv)
+        want = formats.group_scale(amax, fmt_max, False)
+        assert_bitwise_equal(scale, want, what=f"scale of amax bits {start:#x}..")
+        assert_bitwise_equal(inv, torch.ones_like(want) / want, what=f"1 / scale of amax bits {start:#x}..")
 
 
 @pytest.mark.device

@@ -9,10 +9,21 @@ import tilelang.language as T
 
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX, amax_floor, ue8m0_split
 
+_FLT_MAX = 3.4028234663852886e38
 # fp32 bits of 2**-106, the rounding constant of e2m1_code_denormal.
 _E2M1_DENORMAL_BIAS = (127 - 106) << 23
 
+# The CUDA source the kernels that use reciprocal_rn put in their prelude.
+CUDA_PRELUDE = """
+__device__ __forceinline__ float tl_ops_rcp_approx(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return r;
+}
+"""
+
 __all__ = [
+    "CUDA_PRELUDE",
     "abs_max",
     "bf16_pair_value",
     "e2m1_code",
@@ -25,8 +36,10 @@ __all__ = [
     "e2m1_value_denormal",
     "e4m3",
     "e4m3_clamp",
+    "fp32_quotient",
     "group_scale",
     "mx_fp4_scales",
+    "reciprocal_rn",
     "scale_reciprocal",
     "ue8m0_exponent",
     "ue8m0_value",
@@ -38,22 +51,55 @@ def abs_max(acc, v):
     return T.max(acc, T.abs(v))
 
 
-def bf16_pair_value(word, hi: int):
+def bf16_pair_value(word, hi):
     """fp32 of the low (hi 0) or high (hi 1) bfloat16 of a uint32 holding two, little-endian: one
-    shift or one mask, where the cast of a lone bf16 extracts its half first."""
-    if hi:
-        return T.reinterpret(word & T.uint32(0xFFFF0000), "float32")
-    return T.reinterpret(T.shift_left(word, T.uint32(16)), "float32")
+    shift or one mask, where the cast of a lone bf16 extracts its half first. hi may be a TIR
+    expression (an unrolled loop's index parity): the select folds away once the loop unrolls."""
+    if isinstance(hi, int):
+        bits = word & T.uint32(0xFFFF0000) if hi else T.shift_left(word, T.uint32(16))
+    else:
+        bits = T.if_then_else(hi == 1, word & T.uint32(0xFFFF0000), T.shift_left(word, T.uint32(16)))
+    return T.reinterpret(bits, "float32")
 
 
-def group_scale(amax, fmt_max: float, ue8m0: bool):
+def fp32_quotient(a, c: float):
+    """RN(a / c), the IEEE quotient, for a constant c and fp32 a in [c * 2**-126, FLT_MAX] or +Inf,
+    in five instructions where nvcc's division takes twelve and a branch to its slow path (which
+    also keeps ptxas from overlapping one group's scale with the next group's work). CUDA only.
+
+    With r = RN(1 / c): q0 = RN(a * r) is within an ulp of a / c, the remainder a - q0 * c is exact
+    in one fused multiply-add, and RN(q0 + remainder * r) is then the correctly rounded quotient
+    (Markstein's correction; no step underflows in that range). +Inf makes the remainder NaN,
+    which fmaxf turns into -FLT_MAX, so the correction leaves q0 = Inf. Checked for every fp32 a
+    of the range for c = 448 and 6 (quant_test: the steps in float64 on the CPU, the kernel on
+    the device)."""
+    r = T.float32(1.0 / c)
+    q0 = T.call_pure_extern("float32", "__fmul_rn", a, r)
+    remainder = T.max(T.call_pure_extern("float32", "__fmaf_rn", -q0, T.float32(c), a), T.float32(-_FLT_MAX))
+    return T.call_pure_extern("float32", "__fmaf_rn", remainder, r, q0)
+
+
+def reciprocal_rn(s):
+    """RN(1 / s), the IEEE reciprocal, for fp32 s in [2**-126, 2**126) (positive, normal, with a
+    normal reciprocal), and 0 for +Inf: rcp.rn's own fast path (one approximation, one Newton step)
+    in four instructions, without its range check and slow-path branch (Inf's NaN is fmaxf'd to 0).
+    That range holds every finite group_scale (at most FLT_MAX / 6 < 2**126). CUDA only; the
+    kernel's prelude needs CUDA_PRELUDE. Checked for every fp32 of the range on the device
+    (quant_test)."""
+    r = T.call_extern("float32", "tl_ops_rcp_approx", s)
+    error = T.call_pure_extern("float32", "__fmaf_rn", r, s, T.float32(-1))
+    return T.max(T.call_pure_extern("float32", "__fmaf_rn", r, -error, r), T.float32(0))
+
+
+def group_scale(amax, fmt_max: float, ue8m0: bool, quotient=None):
     """fp32 scale of a group from its NaN-free amax: max(amax, floor) / fmt_max, rounded up to a power
     of two when ue8m0. The UE8M0 scale comes from the exponent bits of max(amax, floor) with no
     division (formats.ue8m0_split says why that is the same power of two; checked against the
-    division for every non-negative fp32 amax and +Inf, kernels/quant/PERF.md)."""
+    division for every non-negative fp32 amax and +Inf, kernels/quant/PERF.md). `quotient` (a, c)
+    -> RN(a / c) replaces the division (CUDA kernels pass fp32_quotient)."""
     a = T.max(amax, T.float32(amax_floor(fmt_max)))
     if not ue8m0:
-        return a / T.float32(fmt_max)
+        return a / T.float32(fmt_max) if quotient is None else quotient(a, fmt_max)
     p, m = ue8m0_split(fmt_max)
     bits = T.reinterpret(a, "uint32")
     exponent = bits >> T.uint32(23)
@@ -61,12 +107,14 @@ def group_scale(amax, fmt_max: float, ue8m0: bool):
     return T.reinterpret(T.shift_left(T.if_then_else(exponent == T.uint32(255), T.uint32(255), rounded), T.uint32(23)), "float32")
 
 
-def scale_reciprocal(scale, ue8m0: bool):
-    """1 / scale, the IEEE quotient. A UE8M0 scale 2**(e - 127) (e in 1..253, or Inf) has the exact
-    reciprocal 2**(127 - e), whose bits are 0x7F000000 less the scale's; for Inf that difference
-    wraps to -Inf's bits, which fmaxf with 0 turns into Inf's reciprocal, 0."""
+def scale_reciprocal(scale, ue8m0: bool, reciprocal=None):
+    """1 / scale, the IEEE quotient, for a scale from group_scale. A UE8M0 scale 2**(e - 127) (e in
+    1..253, or Inf) has the exact reciprocal 2**(127 - e), whose bits are 0x7F000000 less the
+    scale's; for Inf that difference wraps to -Inf's bits, which fmaxf with 0 turns into Inf's
+    reciprocal, 0. `reciprocal` s -> RN(1 / s) replaces an fp32 scale's division (CUDA kernels
+    pass reciprocal_rn)."""
     if not ue8m0:
-        return T.float32(1) / scale
+        return T.float32(1) / scale if reciprocal is None else reciprocal(scale)
     return T.max(T.reinterpret(T.uint32(0x7F000000) - T.reinterpret(scale, "uint32"), "float32"), T.float32(0))
 
 
