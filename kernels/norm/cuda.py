@@ -22,11 +22,12 @@ All base pointers must be aligned to `x_align` bytes (the caller folds them into
 Arithmetic, as `kernels.norm.ref` (the contract) orders it: every element is widened to fp32; the
 sum of squares is accumulated in fp32 (per-lane fused multiply-adds, then a fixed-order tree across
 lanes, threads and warps: deterministic, the same for every run and batch size); the mean is that
-sum divided by D (IEEE division); r = rsqrtf(mean + eps) with eps rounded to fp32; y = (x * r) * w
-in fp32, rounded to nearest-even into `dtype`. The residual variant first forms s = x + residual in
-fp32, rounds it to `dtype` (exactly what torch's `x + residual` does), stores it, and normalises
-the rounded s. Against the reference only the summation order differs (and, when the reference runs
-on CUDA, torch's multiplication by 1/D in place of the division). No fast-math: no flush to zero.
+sum times fp32(1 / D) (as torch on CUDA computes it; within an fp32 ulp of the reference's IEEE
+division on the CPU); r = rsqrtf(mean + eps) with eps rounded to fp32; y = (x * r) * w in fp32,
+rounded to nearest-even into `dtype`. The residual variant first forms s = x + residual in fp32,
+rounds it to `dtype` (exactly what torch's `x + residual` does), stores it, and normalises the
+rounded s. Against the reference only the summation order and that mean differ. No fast-math: no
+flush to zero.
 
 t is dynamic: one compiled kernel serves every batch size; every global offset is computed in 64
 bits, so t * x_stride may exceed 2**31. D, the element type, eps, x_stride and x_align are compiled
@@ -378,7 +379,9 @@ def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
             inv[0] = red[tx // tpr, 0]
             for i in T.unroll(1, wpr):
                 inv[0] += red[tx // tpr, i]
-        inv[0] = T.rsqrt(inv[0] / T.float32(D) + T.float32(eps32))
+        # The mean by D's reciprocal (within an fp32 ulp of the quotient, far below y's rounding):
+        # one instruction where the division takes twelve and a slow-path branch.
+        inv[0] = T.rsqrt(inv[0] * T.float32(1.0 / D) + T.float32(eps32))
 
     @T.macro
     def store_step(dst, weight, row, lane, buf, inv, wbuf, s):
@@ -731,17 +734,26 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
             q[row, (lane + s * tpr) * vec + v] = e4m3(scaled[v])
 
     @T.macro
-    def quantise_slot(q, scale, row, lane, buf, m, first, n, tail):
-        """m (the group's amax) -> scale, stored by the group's first lane -> inv; q = e4m3(y * inv)."""
-        m[0] = group_scale(m[0], E4M3_MAX, ue8m0, fp32_quotient)
-        if lane % lanes == 0:
-            store_scale(scale, row, (first * tpr + lane) // grp.group_vectors, m[0])
-        m[0] = scale_reciprocal(m[0], ue8m0, reciprocal_rn)
+    def quantise_slot(q, row, lane, buf, m, sc, k, first, n, tail):
+        """m (the group's amax) -> sc[k] (its scale) -> m = inv; q = e4m3(y * inv)."""
+        sc[k] = group_scale(m[0], E4M3_MAX, ue8m0, fp32_quotient)
+        m[0] = scale_reciprocal(sc[k], ue8m0, reciprocal_rn)
         for j in T.unroll(n):
             quantise_step(q, row, lane, buf, m, first + j)
         if tail:
             if lane < tail_lanes:
                 quantise_step(q, row, lane, buf, m, full)
+
+    @T.macro
+    def store_scales(scale, row, lane, sc):
+        """The groups' first lanes store their slots' scales, all in one branch: a store per slot
+        behind its own branch cost every warp the branch and the address (lanes 0 and 16 take it)."""
+        if lane % lanes == 0:
+            for k in T.unroll(full_slots):
+                store_scale(scale, row, (k * grp.group_steps * tpr + lane) // grp.group_vectors, sc[k])
+            if tail_slot:
+                if lane < tail_lanes:
+                    store_scale(scale, row, (full * tpr + lane) // grp.group_vectors, sc[full_slots])
 
     @T.macro
     def exchange(red, tx, m, k):
@@ -756,16 +768,17 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
         """Scales of the row's groups into scale, q = e4m3(y * inv) into q; `buf` holds y."""
         lane = tx % tpr
         m = T.alloc_local((1,), "float32")
+        sc = T.alloc_local((full_slots + tail_slot,), "float32")
         if group_warps == 1:
             for k in T.unroll(full_slots):
                 slot_amax(buf, active, lane, m, k * grp.group_steps, slot_steps, slot_tail)
                 if active:
-                    quantise_slot(q, scale, row, lane, buf, m, k * grp.group_steps, slot_steps, slot_tail)
+                    quantise_slot(q, row, lane, buf, m, sc, k, k * grp.group_steps, slot_steps, slot_tail)
             if tail_slot:
                 slot_amax(buf, active, lane, m, full, 0, True)
                 if active:
                     if lane < tail_lanes:
-                        quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
+                        quantise_slot(q, row, lane, buf, m, sc, full_slots, full, 1, False)
         else:
             # Each warp's first lane publishes its part of every group; one barrier; every lane
             # combines its group's warps (max is exact: the order does not matter).
@@ -781,11 +794,13 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
             if active:
                 for k in T.unroll(full_slots):
                     exchange(red, tx, m, k)
-                    quantise_slot(q, scale, row, lane, buf, m, k * grp.group_steps, slot_steps, slot_tail)
+                    quantise_slot(q, row, lane, buf, m, sc, k, k * grp.group_steps, slot_steps, slot_tail)
                 if tail_slot:
                     if lane < tail_lanes:
                         exchange(red, tx, m, full)
-                        quantise_slot(q, scale, row, lane, buf, m, full, 1, False)
+                        quantise_slot(q, row, lane, buf, m, sc, full_slots, full, 1, False)
+        if active:
+            store_scales(scale, row, lane, sc)
 
     return load_weight, widen_row, normalise_row, quantise_row
 
