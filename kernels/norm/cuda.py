@@ -61,13 +61,16 @@ and rsqrt are the norm's (same macros); then each thread rounds (x * r) * w to d
 registers that held x (and stores it when with_y: a static argument because it only adds a store
 and y's argument, the body is the same). The plain variant, where its register cap is at least
 _WIDE_ROW_REGISTERS, widens its row to fp32 as it loads and keeps y there, rounded to dtype and
-widened back, so no later pass converts (the kernel is issue-bound: 110 -> 104 us at 16384 x 7168
-bf16 on the H200); the fused variant, which holds x and residual at once, keeps them packed. Each
-thread finishes one group at a time: the group's amax (fmaxf, NaN-free) over its elements in the
-thread, a shuffle-xor butterfly over the group's lanes, and, for groups of whole warps (narrow
-vectors, or one scale per token in rows of several warps), one shared-memory exchange and barrier;
-then the scale, 1 / scale and the e4m3 codes, every step the expression
-kernels/quant/tl_formats.py gives, so q and scale equal quantising the kernel's own y bit for bit.
+widened back, so no later pass converts (the kernel is issue-bound); the fused variant, which holds
+x and residual at once, keeps them packed. bf16 pairs widen from their 32-bit word (a shift or a
+mask). Each thread finishes one group at a time: the group's amax (fmaxf, NaN-free) over its
+elements in the thread, a shuffle-xor butterfly over the group's lanes, and, for groups of whole
+warps (narrow vectors, or one scale per token in rows of several warps), one shared-memory
+exchange and barrier; then the scale (tl_formats.fp32_quotient: the IEEE quotient without
+nvcc's slow-path branch), 1 / scale (tl_formats.reciprocal_rn, likewise) and the e4m3 codes, every
+step the expression kernels/quant/tl_formats.py gives, so q and scale equal quantising the
+kernel's own y bit for bit. The groups' first lanes store the row's scales at the end, in one
+branch.
 fp8_config maps groups to lanes: vector `lane + s * tpr` is step s of lane `lane`, so a group
 of g elements is g / vector_elems consecutive lanes of one step (rows of more than a
 warp are rounded up to whole groups of lanes so that no group straddles two steps), or in rows of
