@@ -253,7 +253,21 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
 # prefetch, generic address). tl_ops_load_nc<Bytes>: one vector through the read-only path (__ldg).
 # The weight's pointer reaches the prefetch's inline assembly, after which nvcc no longer proves the
 # weight read-only: its plain loads then lose the non-coherent path and queue behind y's stores.
-_PREFETCH_L2_SOURCE = """
+# tl_ops_round_bf16: x rounded to bfloat16 (nearest-even, as the cast) and returned as the fp32 of
+# that value, in one conversion: cvt.rn.bf16x2 puts x's bfloat16 in the high half and 0.0's in the
+# low one, which is the fp32 of the same value; a cast and a widening take a conversion per pair
+# and a shift or mask per element. tl_ops_max_bf16x2: the larger of each half of two bfloat16 pairs.
+_NORM_PRELUDE = """
+__device__ __forceinline__ float tl_ops_round_bf16(float x) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x), "f"(0.0f));
+  return __uint_as_float(r);
+}
+__device__ __forceinline__ unsigned tl_ops_max_bf16x2(unsigned a, unsigned b) {
+  unsigned r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
 __device__ __forceinline__ void tl_ops_prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
 template <int Bytes> struct tl_ops_word;
 template <> struct tl_ops_word<2> { using type = unsigned short; };
@@ -430,7 +444,7 @@ def rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -473,7 +487,7 @@ def add_rmsnorm_tl(
         weight: T.Tensor((D,), dtype),
         y: T.Tensor((t, D), dtype),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
@@ -642,6 +656,8 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     per_token = grp.groups == 1
     full_slots, tail_slot = (1, False) if per_token else (full // grp.group_steps, bool(tail_lanes))
     slot_steps, slot_tail = (full, bool(tail_lanes)) if per_token else (grp.group_steps, False)
+    # Slots whose butterflies run as one on bfloat16 pairs (pair_butterfly): y must be bfloat16.
+    paired = full_slots // 2 if dtype == "bfloat16" and group_warps == 1 else 0
 
     def widen(raw, s, v):
         """fp32 of raw[s, v], v an unrolled index. A bf16 pair widens from its 32-bit word (one shift
@@ -671,14 +687,23 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     def normalise_step(weight, y, row, lane, buf, inv, wbuf, ybuf, s, prefetched):
         if not prefetched:
             load_weight_step(weight, lane, wbuf, s)
-        # y rounded to dtype into ybuf; an fp32 buf keeps it widened back (exact).
-        for v in T.unroll(vec):
-            ybuf[0, v] = T.cast(widen(buf, s, v) * inv[0] * widen(wbuf, s, v), dtype)
-        for v in T.unroll(vec):
-            buf[s, v] = widen(ybuf, 0, v) if buf.dtype == "float32" else ybuf[0, v]
-        if with_y:
-            for v in T.vectorized(vec):
-                y[row, (lane + s * tpr) * vec + v] = ybuf[0, v]
+        if buf.dtype == "float32" and dtype == "bfloat16":
+            # The fp32 row keeps y as the fp32 of its bfloat16 (exact); y's store packs pairs of
+            # those values (exact too).
+            for v in T.unroll(vec):
+                buf[s, v] = T.call_extern("float32", "tl_ops_round_bf16", buf[s, v] * inv[0] * widen(wbuf, s, v))
+            if with_y:
+                for v in T.vectorized(vec):
+                    y[row, (lane + s * tpr) * vec + v] = T.cast(buf[s, v], dtype)
+        else:
+            # y rounded to dtype into ybuf; an fp32 buf keeps it widened back (exact).
+            for v in T.unroll(vec):
+                ybuf[0, v] = T.cast(widen(buf, s, v) * inv[0] * widen(wbuf, s, v), dtype)
+            for v in T.unroll(vec):
+                buf[s, v] = widen(ybuf, 0, v) if buf.dtype == "float32" else ybuf[0, v]
+            if with_y:
+                for v in T.vectorized(vec):
+                    y[row, (lane + s * tpr) * vec + v] = ybuf[0, v]
 
     @T.macro
     def normalise_row(weight, y, row, lane, buf, inv, wbuf, prefetched):
@@ -699,25 +724,42 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
                 buf[s, v] = widen(raw, s, v)
 
     @T.macro
-    def amax_step(buf, m, s):
+    def amax_step(buf, m, j, s):
         for v in T.unroll(vec):
-            m[0] = abs_max(m[0], widen(buf, s, v))
+            m[j] = abs_max(m[j], widen(buf, s, v))
 
     @T.macro
-    def slot_amax(buf, active, lane, m, first, n, tail):
-        """m = max |y| over the slot's group within this warp (NaN ignored), in every lane of the
-        group. Every thread takes part in the shuffles, inactive ones (and lanes without the
-        tail step) with zero."""
-        m[0] = T.float32(0)
+    def thread_amax(buf, active, lane, m, j, first, n, tail):
+        """m[j] = max |y| over the slot's elements this thread holds (NaN ignored); zero in inactive
+        threads and lanes without the tail step."""
+        m[j] = T.float32(0)
         if active:
-            for j in T.unroll(n):
-                amax_step(buf, m, first + j)
+            for i in T.unroll(n):
+                amax_step(buf, m, j, first + i)
             if tail:
                 if lane < tail_lanes:
-                    amax_step(buf, m, full)
-        # Butterfly over the group's lanes of a warp (groups are aligned to their lane count).
+                    amax_step(buf, m, j, full)
+
+    @T.macro
+    def butterfly(m):
+        """m[0] = the max over the group's lanes of a warp (groups are aligned to their lane count);
+        every thread takes part."""
         for i in T.unroll(grp.shuffles):
             m[0] = T.max(m[0], T.shfl_xor(m[0], 1 << i))
+
+    @T.macro
+    def pair_butterfly(m):
+        """butterfly of m[0] and m[1] at once, for bfloat16 y: each amax is a bfloat16 value (the
+        fp32 of one, low half zero), so the two travel as one bfloat16 pair through the shuffles
+        (max is exact on them): half the shuffles and maxima of two butterflies."""
+        pair = T.alloc_local((1,), "uint32")
+        pair[0] = T.call_extern(
+            "uint32", "__byte_perm", T.reinterpret(m[0], "uint32"), T.reinterpret(m[1], "uint32"), T.uint32(0x7632)
+        )
+        for i in T.unroll(grp.shuffles):
+            pair[0] = T.call_extern("uint32", "tl_ops_max_bf16x2", pair[0], T.shfl_xor(pair[0], 1 << i))
+        m[0] = bf16_pair_value(pair[0], 0)
+        m[1] = bf16_pair_value(pair[0], 1)
 
     @T.macro
     def store_scale(scale, row, g, value):
@@ -728,24 +770,24 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
             scale[g, row] = value
 
     @T.macro
-    def quantise_step(q, row, lane, buf, m, s):
+    def quantise_step(q, row, lane, buf, m, j, s):
         # Converted as a vector: pairs of fp32 become e4m3 pairs in one conversion.
         scaled = T.alloc_local((vec,), "float32")
         for v in T.unroll(vec):
-            scaled[v] = widen(buf, s, v) * m[0]
+            scaled[v] = widen(buf, s, v) * m[j]
         for v in T.vectorized(vec):
             q[row, (lane + s * tpr) * vec + v] = e4m3(scaled[v])
 
     @T.macro
-    def quantise_slot(q, row, lane, buf, m, sc, k, first, n, tail):
-        """m (the group's amax) -> sc[k] (its scale) -> m = inv; q = e4m3(y * inv)."""
-        sc[k] = group_scale(m[0], E4M3_MAX, ue8m0, fp32_quotient)
-        m[0] = scale_reciprocal(sc[k], ue8m0, reciprocal_rn)
-        for j in T.unroll(n):
-            quantise_step(q, row, lane, buf, m, first + j)
+    def quantise_slot(q, row, lane, buf, m, j, sc, k, first, n, tail):
+        """m[j] (the group's amax) -> sc[k] (its scale) -> m[j] = inv; q = e4m3(y * inv)."""
+        sc[k] = group_scale(m[j], E4M3_MAX, ue8m0, fp32_quotient)
+        m[j] = scale_reciprocal(sc[k], ue8m0, reciprocal_rn)
+        for i in T.unroll(n):
+            quantise_step(q, row, lane, buf, m, j, first + i)
         if tail:
             if lane < tail_lanes:
-                quantise_step(q, row, lane, buf, m, full)
+                quantise_step(q, row, lane, buf, m, j, full)
 
     @T.macro
     def store_scales(scale, row, lane, sc):
@@ -770,38 +812,49 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     def quantise_row(q, scale, row, active, tx, buf, red):
         """Scales of the row's groups into scale, q = e4m3(y * inv) into q; `buf` holds y."""
         lane = tx % tpr
-        m = T.alloc_local((1,), "float32")
+        m = T.alloc_local((2,), "float32")
         sc = T.alloc_local((full_slots + tail_slot,), "float32")
         if group_warps == 1:
-            for k in T.unroll(full_slots):
-                slot_amax(buf, active, lane, m, k * grp.group_steps, slot_steps, slot_tail)
+            for k in T.unroll(paired):
+                thread_amax(buf, active, lane, m, 0, 2 * k * grp.group_steps, slot_steps, slot_tail)
+                thread_amax(buf, active, lane, m, 1, (2 * k + 1) * grp.group_steps, slot_steps, slot_tail)
+                pair_butterfly(m)
                 if active:
-                    quantise_slot(q, row, lane, buf, m, sc, k, k * grp.group_steps, slot_steps, slot_tail)
+                    quantise_slot(q, row, lane, buf, m, 0, sc, 2 * k, 2 * k * grp.group_steps, slot_steps, slot_tail)
+                    quantise_slot(q, row, lane, buf, m, 1, sc, 2 * k + 1, (2 * k + 1) * grp.group_steps, slot_steps, slot_tail)
+            for k in T.unroll(2 * paired, full_slots):
+                thread_amax(buf, active, lane, m, 0, k * grp.group_steps, slot_steps, slot_tail)
+                butterfly(m)
+                if active:
+                    quantise_slot(q, row, lane, buf, m, 0, sc, k, k * grp.group_steps, slot_steps, slot_tail)
             if tail_slot:
-                slot_amax(buf, active, lane, m, full, 0, True)
+                thread_amax(buf, active, lane, m, 0, full, 0, True)
+                butterfly(m)
                 if active:
                     if lane < tail_lanes:
-                        quantise_slot(q, row, lane, buf, m, sc, full_slots, full, 1, False)
+                        quantise_slot(q, row, lane, buf, m, 0, sc, full_slots, full, 1, False)
         else:
             # Each warp's first lane publishes its part of every group; one barrier; every lane
             # combines its group's warps (max is exact: the order does not matter).
             for k in T.unroll(full_slots):
-                slot_amax(buf, active, lane, m, k * grp.group_steps, slot_steps, slot_tail)
+                thread_amax(buf, active, lane, m, 0, k * grp.group_steps, slot_steps, slot_tail)
+                butterfly(m)
                 if tx % _WARP == 0:
                     red[tx // tpr, k, lane // _WARP] = m[0]
             if tail_slot:
-                slot_amax(buf, active, lane, m, full, 0, True)
+                thread_amax(buf, active, lane, m, 0, full, 0, True)
+                butterfly(m)
                 if tx % _WARP == 0:
                     red[tx // tpr, full, lane // _WARP] = m[0]
             T.sync_threads()
             if active:
                 for k in T.unroll(full_slots):
                     exchange(red, tx, m, k)
-                    quantise_slot(q, row, lane, buf, m, sc, k, k * grp.group_steps, slot_steps, slot_tail)
+                    quantise_slot(q, row, lane, buf, m, 0, sc, k, k * grp.group_steps, slot_steps, slot_tail)
                 if tail_slot:
                     if lane < tail_lanes:
                         exchange(red, tx, m, full)
-                        quantise_slot(q, row, lane, buf, m, sc, full_slots, full, 1, False)
+                        quantise_slot(q, row, lane, buf, m, 0, sc, full_slots, full, 1, False)
         if active:
             store_scales(scale, row, lane, sc)
 
@@ -835,7 +888,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
 
     @T.macro
     def body(x, residual, weight, q, scale, y):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_PREFETCH_L2_SOURCE + CUDA_PRELUDE) as bx:
+        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE + CUDA_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
