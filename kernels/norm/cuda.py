@@ -644,8 +644,9 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     """The FP8 output's pieces, on top of _kernel_macros: normalise in place, then per group amax,
     scale and quantise.
 
-    Groups are finished one slot at a time, so one fp32 amax is live at once (the row itself is
-    the register budget). A slot is `slot_steps` steps from `first` that every lane holds, plus,
+    Groups are finished one slot at a time (bf16 rows: two at a time, their butterflies shared), so
+    one or two fp32 amaxes are live at once (the row itself is the register budget); each slot's
+    scale waits in a register until the row's scales are stored together. A slot is `slot_steps` steps from `first` that every lane holds, plus,
     when `slot_tail`, the partial last step held by the first `tail_lanes` lanes (per token only);
     a per-group row whose last step is partial has one more slot of that step alone, which only
     its first `tail_lanes` lanes (whole groups) finish.
