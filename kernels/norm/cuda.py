@@ -98,6 +98,7 @@ from kernels.quant.tl_formats import (
     group_scale,
     reciprocal_rn,
     scale_reciprocal,
+    widen,
 )
 from kernels.static_args import next_pow2, row_elements
 
@@ -659,14 +660,6 @@ def _fp8_macros(cfg: NormConfig, grp: Fp8Groups, dtype: str, ue8m0: bool, scale_
     slot_steps, slot_tail = (full, bool(tail_lanes)) if per_token else (grp.group_steps, False)
     # Slots whose butterflies run as one on bfloat16 pairs (pair_butterfly): y must be bfloat16.
     paired = full_slots // 2 if dtype == "bfloat16" and group_warps == 1 else 0
-
-    def widen(raw, s, v):
-        """fp32 of raw[s, v], v an unrolled index. A bf16 pair widens from its 32-bit word (one shift
-        or one mask), where the cast of a lone bf16 extracts its half first (a PRMT more for each
-        high half): the plain variant is issue-bound."""
-        if raw.dtype == "bfloat16" and vec % 2 == 0:
-            return bf16_pair_value(T.view(raw, (raw.shape[0], vec // 2), "uint32")[s, v // 2], v % 2)
-        return T.cast(raw[s, v], "float32")
 
     @T.macro
     def load_weight_step(weight, lane, wbuf, s):

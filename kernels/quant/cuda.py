@@ -411,12 +411,6 @@ def _fp4_factory(name: str, nvfp4: bool):
         # The denormal encoder needs a power-of-two inv and inputs of at most 11 significant bits.
         denormal = not nvfp4 and dtype != "float32"
 
-        def widen(buf, pairs, s, q, hi):
-            """fp32 of buf[s, 2q + hi] (bf16: from the pair's word, tl_formats.bf16_pair_value)."""
-            if dtype != "bfloat16":
-                return T.cast(buf[s, 2 * q + hi], "float32")
-            return F.bf16_pair_value(pairs[s, q], hi)
-
         def code(x, sc, fast):
             """uint32 e2m1 code of x * inv (sc: mx_fp4_scales' or nvfp4_scales' registers); fast: one
             multiply, by e2m1_code_denormal's multiplier (its scale is at most 2**23)."""
@@ -427,12 +421,12 @@ def _fp4_factory(name: str, nvfp4: bool):
             return F.e2m1_code_denormal(x * sc[0], T.float32(2.0**-126), T.float32(-0.0))
 
         @T.macro
-        def encode(buf, pairs, s, sc, pkw, fast):
+        def encode(buf, s, sc, pkw, fast):
             """pkw = step s's codes, 8 per word: the pair q in byte q % 4 of word q // 4, low nibble first."""
             for w in T.unroll(words):
                 pkw[w] = T.uint32(0)
             for q in T.unroll(half):
-                lo, hi = code(widen(buf, pairs, s, q, 0), sc, fast), code(widen(buf, pairs, s, q, 1), sc, fast)
+                lo, hi = code(F.widen(buf, s, 2 * q), sc, fast), code(F.widen(buf, s, 2 * q + 1), sc, fast)
                 pkw[q // 4] = pkw[q // 4] + F.e2m1_pair_bits(lo, hi, q)
 
         @T.macro
@@ -443,7 +437,6 @@ def _fp4_factory(name: str, nvfp4: bool):
                 first = by * (tpr * steps) + lane
                 row = T.cast(bx * rows + tx // tpr, "int64")
                 buf = T.alloc_local((steps, chunk), dtype)
-                pairs = T.view(buf, (steps, half), "uint32") if dtype == "bfloat16" else None
                 amax = T.alloc_local((steps,), "float32")
                 gs = T.alloc_local((1,), "float32")
                 s8 = T.alloc_local((1,), scale_dtype)  # the stored scale (e4m3, or the UE8M0 byte)
@@ -454,7 +447,7 @@ def _fp4_factory(name: str, nvfp4: bool):
                     gs[0] = gs_buf[0]
                 if row < t:
                     load_chunks(x, row, first, buf)
-                group_amax(buf, row < t, first, amax, lambda s, q, hi: widen(buf, pairs, s, q, hi))
+                group_amax(buf, row < t, first, amax, lambda s, q, hi: F.widen(buf, s, 2 * q + hi))
                 if row < t:
                     for s in T.unroll(steps):
                         c = first + s * tpr
@@ -466,12 +459,12 @@ def _fp4_factory(name: str, nvfp4: bool):
                             if denormal and dtype == "bfloat16":
                                 # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
                                 if sc[1] != T.float32(0) or sc[0] == T.float32(0):
-                                    encode(buf, pairs, s, sc, pkw, True)
+                                    encode(buf, s, sc, pkw, True)
                                 else:
-                                    encode(buf, pairs, s, sc, pkw, False)
+                                    encode(buf, s, sc, pkw, False)
                             else:
                                 # float16 scales are at most 2**14 (65504 / 6 rounded up): always fast.
-                                encode(buf, pairs, s, sc, pkw, True)
+                                encode(buf, s, sc, pkw, True)
                             for p in T.vectorized(half):
                                 packed[row, c * half + p] = pk[p]
                             if lane % gl == 0:

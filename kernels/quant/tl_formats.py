@@ -43,6 +43,7 @@ __all__ = [
     "scale_reciprocal",
     "ue8m0_exponent",
     "ue8m0_value",
+    "widen",
 ]
 
 
@@ -60,6 +61,15 @@ def bf16_pair_value(word, hi):
     else:
         bits = T.if_then_else(hi == 1, word & T.uint32(0xFFFF0000), T.shift_left(word, T.uint32(16)))
     return T.reinterpret(bits, "float32")
+
+
+def widen(raw, s, v):
+    """fp32 of raw[s, v] for a (steps, n) local buffer, v an unrolled index: a bfloat16 pair (n
+    even) widens from its 32-bit word (bf16_pair_value), any other element by its cast."""
+    n = raw.shape[1]
+    if raw.dtype == "bfloat16" and n % 2 == 0:
+        return bf16_pair_value(T.view(raw, (raw.shape[0], n // 2), "uint32")[s, v // 2], v % 2)
+    return T.cast(raw[s, v], "float32")
 
 
 def fp32_quotient(a, c: float):
