@@ -499,8 +499,8 @@ def _fp4_factory(name: str, nvfp4: bool):
                 sc = T.alloc_local((3,), "float32")  # inv, e2m1_denormal_multiplier(inv), e2m1_sign_threshold
                 pkw = T.alloc_local((words,), "uint32")
                 pk = T.view(pkw, (4 * words,), "uint8")
-                nv = T.alloc_local((2,), "float32")  # NVFP4: 6 * gs and its reciprocal
-                recip = T.alloc_shared((128,), "float32")  # NVFP4: 1 / (code * gs) per e4m3 code
+                nv = T.alloc_local((2,), "float32") if nvfp4 else None  # 6 * gs and its reciprocal
+                recip = T.alloc_shared((128,), "float32") if nvfp4 else None  # 1 / (code * gs) per e4m3 code
                 if nvfp4:
                     gs[0] = gs_buf[0]
                 if row < t:
