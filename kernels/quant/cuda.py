@@ -384,14 +384,45 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
     return quant_fp8_token
 
 
+# NVFP4's first division by Markstein's correction (tl_formats.markstein_quotient) when 6 * gs lies
+# here: a group's e4m3 scale depends on its quotient only between the clamp 2**-9 and the
+# saturation at 448, where then no step of the correction underflows or overflows (below and
+# above, the clamp and the saturation give the same code whatever the quotient's last bit).
+# Checked against the IEEE quotient in float64 for every fp32 a whose quotient lies in [2**-11,
+# 2**11], for 26 divisors across the range (kernels/quant/PERF.md). Other divisors divide.
+_NVFP4_FAST_DIVISOR = (2.0**-90, 2.0**90)
+
+
 @T.macro
-def nvfp4_scales(amax, gs, s8, inv):
-    """s8[0] (e4m3) and inv[0] = 1 / eff of an NVFP4 group (ref._nvfp4_scales, step for step)."""
-    inv[0] = T.max(amax, T.float32(amax_floor(E2M1_MAX))) / (T.float32(E2M1_MAX) * gs)  # s32
+def nvfp4_divisor(gs, nv):
+    """nv[0] = 6 * gs (the reference's divisor), nv[1] = its IEEE reciprocal: once per thread."""
+    nv[0] = T.float32(E2M1_MAX) * gs
+    nv[1] = T.float32(1) / nv[0]
+
+
+@T.macro
+def nvfp4_reciprocals(gs, recip, tx, threads):
+    """recip[code] = 1 / (e4m3 value of code * gs), the IEEE reciprocal, for the 128 non-negative
+    e4m3 codes (0x7F is NaN): every group's inv is one of them (ref._nvfp4_scales). The caller
+    synchronises the block before reading it."""
+    for i in T.unroll(-(-128 // threads)):
+        if tx + i * threads < 128:
+            code = T.cast(tx + i * threads, "uint8")
+            recip[tx + i * threads] = T.float32(1) / (T.cast(T.reinterpret(code, FP8), "float32") * gs)
+
+
+@T.macro
+def nvfp4_scales(amax, nv, recip, s8, inv, markstein):
+    """s8[0] (e4m3) and inv[0] = 1 / eff of an NVFP4 group (ref._nvfp4_scales, step for step): the
+    quotient by nv (nvfp4_divisor; by markstein_quotient when `markstein`), the reciprocal from
+    recip (nvfp4_reciprocals). Neither has a division's slow-path branch."""
+    a = T.max(amax, T.float32(amax_floor(E2M1_MAX)))
+    inv[0] = F.markstein_quotient(a, nv[0], nv[1]) if markstein else a / nv[0]  # s32
     # Lower clamp with NaN kept (torch.clamp); the saturating conversion adds the upper bound.
     inv[0] = T.if_then_else(T.isnan(inv[0]), inv[0], T.max(inv[0], T.float32(_E4M3_MIN_SCALE)))
     s8[0] = F.e4m3(inv[0])
-    inv[0] = T.float32(1) / (T.cast(s8[0], "float32") * gs)
+    # The saturating conversion keeps NaN's sign: both NaN codes read the NaN entry.
+    inv[0] = recip[T.cast(T.reinterpret(s8[0], "uint8") & T.uint8(0x7F), "int32")]
 
 
 def _fp4_factory(name: str, nvfp4: bool):
@@ -430,6 +461,31 @@ def _fp4_factory(name: str, nvfp4: bool):
                 pkw[q // 4] = pkw[q // 4] + F.e2m1_pair_bits(lo, hi, q)
 
         @T.macro
+        def quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, markstein):
+            """Every group of the row's chunks this thread holds: its scale into scale, its codes into
+            packed. `markstein`: NVFP4's quotient by nvfp4_scales' Markstein path."""
+            for s in T.unroll(steps):
+                c = first + s * tpr
+                if c < cfg.row_chunks:
+                    if nvfp4:
+                        nvfp4_scales(amax[s], nv, recip, s8, sc, markstein)
+                    else:
+                        F.mx_fp4_scales(amax[s], s8, sc)
+                    if denormal and dtype == "bfloat16":
+                        # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
+                        if sc[1] != T.float32(0) or sc[0] == T.float32(0):
+                            encode(buf, s, sc, pkw, True)
+                        else:
+                            encode(buf, s, sc, pkw, False)
+                    else:
+                        # float16 scales are at most 2**14 (65504 / 6 rounded up): always fast.
+                        encode(buf, s, sc, pkw, True)
+                    for p in T.vectorized(half):
+                        packed[row, c * half + p] = pk[p]
+                    if lane % gl == 0:
+                        scale[row, c // gl] = s8[0]
+
+        @T.macro
         def body(x, gs_buf, packed, scale):
             with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
                 tx = T.get_thread_binding(0)
@@ -443,32 +499,27 @@ def _fp4_factory(name: str, nvfp4: bool):
                 sc = T.alloc_local((3,), "float32")  # inv, e2m1_denormal_multiplier(inv), e2m1_sign_threshold
                 pkw = T.alloc_local((words,), "uint32")
                 pk = T.view(pkw, (4 * words,), "uint8")
+                nv = T.alloc_local((2,), "float32") if nvfp4 else None  # 6 * gs and its reciprocal
+                recip = T.alloc_shared((128,), "float32") if nvfp4 else None  # 1 / (code * gs) per e4m3 code
                 if nvfp4:
                     gs[0] = gs_buf[0]
                 if row < t:
                     load_chunks(x, row, first, buf)
+                if nvfp4:
+                    # While the row loads: the divisor, and the reciprocal of every e4m3 scale.
+                    nvfp4_divisor(gs[0], nv)
+                    nvfp4_reciprocals(gs[0], recip, tx, cfg.threads)
+                    T.sync_threads()
                 group_amax(buf, row < t, first, amax, lambda s, q, hi: F.widen(buf, s, 2 * q + hi))
                 if row < t:
-                    for s in T.unroll(steps):
-                        c = first + s * tpr
-                        if c < cfg.row_chunks:
-                            if nvfp4:
-                                nvfp4_scales(amax[s], gs[0], s8, sc)
-                            else:
-                                F.mx_fp4_scales(amax[s], s8, sc)
-                            if denormal and dtype == "bfloat16":
-                                # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
-                                if sc[1] != T.float32(0) or sc[0] == T.float32(0):
-                                    encode(buf, s, sc, pkw, True)
-                                else:
-                                    encode(buf, s, sc, pkw, False)
-                            else:
-                                # float16 scales are at most 2**14 (65504 / 6 rounded up): always fast.
-                                encode(buf, s, sc, pkw, True)
-                            for p in T.vectorized(half):
-                                packed[row, c * half + p] = pk[p]
-                            if lane % gl == 0:
-                                scale[row, c // gl] = s8[0]
+                    if not nvfp4:
+                        quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, False)
+                    elif nv[0] >= T.float32(_NVFP4_FAST_DIVISOR[0]) and nv[0] <= T.float32(_NVFP4_FAST_DIVISOR[1]):
+                        # One branch per thread (the same for the whole launch): two copies of the
+                        # loop, neither with a division in it.
+                        quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, True)
+                    else:
+                        quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, False)
 
         return body, t, D // group, D // 2, scale_dtype
 

@@ -257,12 +257,13 @@ def test_ue8m0_scale_from_exponent_bits_matches_the_division(fmt_max):
 
 
 def _fp32_quotient_steps(a: torch.Tensor, c: float) -> torch.Tensor:
-    """tl_formats.fp32_quotient's steps on fp32 a, each rounding to fp32 once: float64 holds every
-    product and the remainder exactly, and its rounding of the last sum q0 + p (p = remainder * r)
-    can only land on an fp32 midpoint, where the TwoSum error's sign says which way the single
-    fp32 rounding goes."""
+    """tl_formats.markstein_quotient's steps on fp32 a for the fp32 divisor c and r = RN(1 / c)
+    (an fp32 division), each rounding to fp32 once: float64 holds every product and the remainder
+    exactly, and its rounding of the last sum q0 + p (p = remainder * r) can only land on an fp32
+    midpoint, where the TwoSum error's sign says which way the single fp32 rounding goes."""
     f32, f64 = torch.float32, torch.float64
-    r = torch.tensor(1.0 / c, dtype=f32).to(f64)
+    c = float(torch.tensor(c, dtype=f32))
+    r = (torch.ones((), dtype=f32) / torch.tensor(c, dtype=f32)).to(f64)
     q0 = (a.to(f64) * r).to(f32).to(f64)
     remainder = (a.to(f64) - q0 * c).to(f32).to(f64).clamp_min(-torch.finfo(f32).max)
     p = remainder * r
@@ -295,6 +296,42 @@ def test_fp32_quotient_matches_the_division(fmt_max):
         got = _fp32_quotient_steps(a, fmt_max)
         bad = got.view(torch.int32) != want.view(torch.int32)
         assert not bad.any(), f"{int(bad.sum())} quotients differ, first a={a[bad][0].item()!r}: {got[bad][0].item()!r} != {want[bad][0].item()!r}"
+
+
+def _ieee_quotient(a: torch.Tensor, c: float) -> torch.Tensor:
+    """RN32(a / c) for fp32 a and c, exactly: float64's quotient rounded to fp32, corrected where the
+    exact quotient lies past (or on) an fp32 midpoint, by the sign of a - midpoint * c (exact in
+    float64: a 25-bit midpoint times a 24-bit c, then a difference of two close values)."""
+    f32, f64 = torch.float32, torch.float64
+    q = (a.to(f64) / c).to(f32)
+    up, down = torch.nextafter(q, torch.tensor(math.inf)), torch.nextafter(q, torch.tensor(-math.inf))
+    above = a.to(f64) - (q.to(f64) + up.to(f64)) / 2 * c
+    below = a.to(f64) - (q.to(f64) + down.to(f64)) / 2 * c
+    even = (q.view(torch.int32) & 1) == 0
+    q = torch.where((above > 0) | ((above == 0) & ~even), up, q)
+    return torch.where((below < 0) | ((below == 0) & ~even), down, q)
+
+
+@pytest.mark.ref
+def test_markstein_quotient_matches_the_division_for_nvfp4_divisors():
+    # quant_fp4_e4m3's first division, a / (6 * gs), by tl_formats.markstein_quotient when 6 * gs is
+    # in cuda._NVFP4_FAST_DIVISOR: its steps against the IEEE quotient for random divisors of that
+    # range (its ends and mantissas of all ones among them) and a across the quotients that decide
+    # the e4m3 scale, [2**-11, 2**11]. kernels/quant/PERF.md: every such a for 26 divisors, once.
+    from kernels.quant import cuda
+
+    lo, hi = cuda._NVFP4_FAST_DIVISOR
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    exps = torch.randint(int(math.log2(lo)), int(math.log2(hi)), (24,), generator=g).tolist()
+    divisors = [lo, hi, 6.0, math.ldexp(2 - 2**-23, -1), math.ldexp(2 - 2**-23, 89)]
+    divisors += [math.ldexp(1 + float(torch.rand((), generator=g)), e) for e in exps]
+    for c in divisors:
+        c = float(torch.tensor(c, dtype=torch.float32))
+        quotients = torch.exp2(torch.empty(2**20).uniform_(-11, 11, generator=g))
+        a = (quotients.to(torch.float64) * c).to(torch.float32)
+        got, want = _fp32_quotient_steps(a, c), _ieee_quotient(a, c)
+        bad = got.view(torch.int32) != want.view(torch.int32)
+        assert not bad.any(), f"c={c!r}: {int(bad.sum())} differ, first a={a[bad][0].item()!r}: {got[bad][0].item()!r} != {want[bad][0].item()!r}"
 
 
 def _e2m1_code_denormal(x: torch.Tensor, k: int | None) -> torch.Tensor:
@@ -817,6 +854,29 @@ def test_device_quant_fp4(device, t, d, scale_format):
 def test_device_quant_fp4_strided_and_special(device, scale_format, dtype):
     _check_fp4(device, random_rows(65, 576, dtype, device=device, row_stride=577, col_offset=1), scale_format)
     _check_fp4(device, special_rows(256, dtype, 32).to(device), scale_format)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_device_quant_fp4_e4m3_global_scales(device, dtype):
+    # The kernel divides by 6 * gs with Markstein's correction inside cuda._NVFP4_FAST_DIVISOR and
+    # with the IEEE division outside it: global scales at and just past both ends, typical ones,
+    # zero and Inf, each with groups whose quotient amax / (6 gs) spans the e4m3 scales' range.
+    from kernels.quant import cuda
+
+    lo, hi = (v / formats.E2M1_MAX for v in cuda._NVFP4_FAST_DIVISOR)
+    f32 = np.float32
+    scales = [lo, float(np.nextafter(f32(lo), f32(0))), hi, float(np.nextafter(f32(hi), f32(math.inf))), 1 / 2688, 0.37, 1e-30, 1e30, 0.0, math.inf]
+    t, d = 64, 512
+    for gs_value in scales:
+        gs = torch.tensor([gs_value], dtype=torch.float32, device=device)
+        quotient = torch.exp2(torch.empty((t, d // 16, 1), device=device).uniform_(-12, 12))
+        x = (torch.randn((t, d // 16, 16), device=device) * quotient * (formats.E2M1_MAX * gs_value if 0 < gs_value < math.inf else 1.0)).reshape(t, d).to(dtype)
+        p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
+        out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
+        api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
+        _assert_same(out, p_ref, f"packed, gs={gs_value!r} {dtype}")
+        _assert_same(scale_out, s_ref, f"scale, gs={gs_value!r} {dtype}")
 
 
 @pytest.mark.device

@@ -38,6 +38,7 @@ __all__ = [
     "e4m3_clamp",
     "fp32_quotient",
     "group_scale",
+    "markstein_quotient",
     "mx_fp4_scales",
     "reciprocal_rn",
     "scale_reciprocal",
@@ -76,16 +77,21 @@ def fp32_quotient(a, c: float):
     """RN(a / c), the IEEE quotient, for a constant c and fp32 a in [c * 2**-126, FLT_MAX] or +Inf,
     in five instructions where nvcc's division takes twelve and a branch to its slow path (which
     also keeps ptxas from overlapping one group's scale with the next group's work). CUDA only.
+    markstein_quotient with c's reciprocal folded in; checked for every fp32 a of the range for
+    c = 448 and 6 (quant_test: the steps in float64 on the CPU, the kernel on the device)."""
+    return markstein_quotient(a, T.float32(c), T.float32(1.0 / c))
 
-    With r = RN(1 / c): q0 = RN(a * r) is within an ulp of a / c, the remainder a - q0 * c is exact
-    in one fused multiply-add, and RN(q0 + remainder * r) is then the correctly rounded quotient
-    (Markstein's correction; no step underflows in that range). +Inf makes the remainder NaN,
-    which fmaxf turns into -FLT_MAX, so the correction leaves q0 = Inf. Checked for every fp32 a
-    of the range for c = 448 and 6 (quant_test: the steps in float64 on the CPU, the kernel on
-    the device)."""
-    r = T.float32(1.0 / c)
+
+def markstein_quotient(a, c, r):
+    """RN(a / c) from r = RN(1 / c), for positive fp32 c and a whose quotient, remainder and their
+    intermediates neither underflow nor overflow; +Inf a gives +Inf. CUDA only.
+
+    q0 = RN(a * r) is within an ulp of a / c, the remainder a - q0 * c is exact in one fused
+    multiply-add, and RN(q0 + remainder * r) is then the correctly rounded quotient (Markstein's
+    correction). +Inf makes the remainder NaN, which fmaxf turns into -FLT_MAX, so the correction
+    leaves q0 = Inf."""
     q0 = T.call_pure_extern("float32", "__fmul_rn", a, r)
-    remainder = T.max(T.call_pure_extern("float32", "__fmaf_rn", -q0, T.float32(c), a), T.float32(-_FLT_MAX))
+    remainder = T.max(T.call_pure_extern("float32", "__fmaf_rn", -q0, c, a), T.float32(-_FLT_MAX))
     return T.call_pure_extern("float32", "__fmaf_rn", remainder, r, q0)
 
 
