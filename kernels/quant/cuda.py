@@ -223,14 +223,19 @@ def _row_macros(cfg: RowConfig):
     @T.macro
     def group_amax(buf, active, first, amax, widen):
         """amax[s] = max |x| over step s's group (the same value in every lane of the group), x the
-        cast of buf[s, e], or widen(s, q, hi) of element 2q + hi. Inactive lanes contribute 0 but
-        take part in every shuffle (full-warp masks)."""
+        cast of buf[s, e], or widen(s, q, hi) of element 2q + hi; widen "pairs": bfloat16 pairs
+        take one max each in their 32-bit words (pairs_abs_max; the kernel's prelude needs
+        CUDA_PRELUDE). Inactive lanes contribute 0 but take part in every shuffle
+        (full-warp masks)."""
         for s in T.unroll(steps):
             amax[s] = T.float32(0)
             if active and first + s * tpr < cfg.row_chunks:
                 if widen is None:
                     for e in T.unroll(chunk):
                         amax[s] = F.abs_max(amax[s], T.cast(buf[s, e], "float32"))
+                elif widen == "pairs":
+                    words = T.view(buf, (steps, chunk // 2), "uint32")
+                    amax[s] = F.pairs_abs_max([words[s, q] for q in range(chunk // 2)])
                 else:
                     for q in T.unroll(chunk // 2):
                         amax[s] = F.abs_max(F.abs_max(amax[s], widen(s, q, 0)), widen(s, q, 1))
@@ -391,6 +396,11 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
 # Checked against the IEEE quotient in float64 for every fp32 a whose quotient lies in [2**-11,
 # 2**11], for 26 divisors across the range (kernels/quant/PERF.md). Other divisors divide.
 _NVFP4_FAST_DIVISOR = (2.0**-90, 2.0**90)
+# The fast path encodes bfloat16 and float16 with tl_formats.e2m1_word, whose signs are the
+# products' sign bits: no nonzero x * inv may round to -0.0 there. bfloat16's smallest x, 2**-133,
+# needs inv > 2**-17, which 6 * gs <= 2**10 gives (inv >= 6 / (448 * 2**10) > 2**-16.3); float16's,
+# 2**-24, needs nothing beyond _NVFP4_FAST_DIVISOR.
+_NVFP4_WORD_DIVISOR_MAX = {"bfloat16": 2.0**10, "float16": _NVFP4_FAST_DIVISOR[1]}
 
 
 @T.macro
@@ -433,7 +443,8 @@ def _fp4_factory(name: str, nvfp4: bool):
         elem = row_elements(name, D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
         if D % group:
             raise ValueError(f"{name}: D {D} is not a multiple of the group size {group}")
-        cfg = row_config(D, group, elem, x_stride, x_align, min_chunk=2)
+        # NVFP4: a lane takes whole groups (16 elements: its scale computed once, no shuffle).
+        cfg = row_config(D, group, elem, x_stride, x_align, min_chunk=group if nvfp4 else 2)
         load_chunks, group_amax, _, _ = _row_macros(cfg)
         t = T.dynamic("t")
         tpr, rows, steps, chunk, gl = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.chunk, cfg.group_lanes
@@ -441,6 +452,9 @@ def _fp4_factory(name: str, nvfp4: bool):
         words = -(-half // 4)  # 8 codes per uint32
         # The denormal encoder needs a power-of-two inv and inputs of at most 11 significant bits.
         denormal = not nvfp4 and dtype != "float32"
+        # NVFP4's fast path: whole words of codes from bf16 / fp16 (e2m1_word), up to this divisor.
+        word_divisor_max = _NVFP4_WORD_DIVISOR_MAX.get(dtype) if nvfp4 and chunk % 8 == 0 else None
+        fast_max = _NVFP4_FAST_DIVISOR[1] if word_divisor_max is None else word_divisor_max
 
         def code(x, sc, fast):
             """uint32 e2m1 code of x * inv (sc: mx_fp4_scales' or nvfp4_scales' registers); fast: one
@@ -461,9 +475,18 @@ def _fp4_factory(name: str, nvfp4: bool):
                 pkw[q // 4] = pkw[q // 4] + F.e2m1_pair_bits(lo, hi, q)
 
         @T.macro
+        def encode_words(buf, s, inv, pkw):
+            """pkw = step s's codes by e2m1_word, x * inv as __fmaf_rn(x, inv, +0.0) (its precondition)."""
+            for w in T.unroll(words):
+                pkw[w] = F.e2m1_word([
+                    T.call_pure_extern("float32", "__fmaf_rn", F.widen(buf, s, 8 * w + j), inv, T.float32(0)) for j in range(8)
+                ])
+
+        @T.macro
         def quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, markstein):
             """Every group of the row's chunks this thread holds: its scale into scale, its codes into
-            packed. `markstein`: NVFP4's quotient by nvfp4_scales' Markstein path."""
+            packed. `markstein`: NVFP4's quotient by nvfp4_scales' Markstein path, and its codes by
+            encode_words where the input allows."""
             for s in T.unroll(steps):
                 c = first + s * tpr
                 if c < cfg.row_chunks:
@@ -471,7 +494,9 @@ def _fp4_factory(name: str, nvfp4: bool):
                         nvfp4_scales(amax[s], nv, recip, s8, sc, markstein)
                     else:
                         F.mx_fp4_scales(amax[s], s8, sc)
-                    if denormal and dtype == "bfloat16":
+                    if markstein and word_divisor_max is not None:
+                        encode_words(buf, s, sc[0], pkw)
+                    elif denormal and dtype == "bfloat16":
                         # bf16 scales above 2**23 underflow the multiplier: two multiplies then.
                         if sc[1] != T.float32(0) or sc[0] == T.float32(0):
                             encode(buf, s, sc, pkw, True)
@@ -487,7 +512,7 @@ def _fp4_factory(name: str, nvfp4: bool):
 
         @T.macro
         def body(x, gs_buf, packed, scale):
-            with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads, prelude=F.CUDA_PRELUDE) as (bx, by):
                 tx = T.get_thread_binding(0)
                 lane = tx % tpr
                 first = by * (tpr * steps) + lane
@@ -510,11 +535,11 @@ def _fp4_factory(name: str, nvfp4: bool):
                     nvfp4_divisor(gs[0], nv)
                     nvfp4_reciprocals(gs[0], recip, tx, cfg.threads)
                     T.sync_threads()
-                group_amax(buf, row < t, first, amax, lambda s, q, hi: F.widen(buf, s, 2 * q + hi))
+                group_amax(buf, row < t, first, amax, "pairs" if dtype == "bfloat16" else lambda s, q, hi: F.widen(buf, s, 2 * q + hi))
                 if row < t:
                     if not nvfp4:
                         quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, False)
-                    elif nv[0] >= T.float32(_NVFP4_FAST_DIVISOR[0]) and nv[0] <= T.float32(_NVFP4_FAST_DIVISOR[1]):
+                    elif nv[0] >= T.float32(_NVFP4_FAST_DIVISOR[0]) and nv[0] <= T.float32(fast_max):
                         # One branch per thread (the same for the whole launch): two copies of the
                         # loop, neither with a division in it.
                         quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, True)

@@ -372,6 +372,44 @@ def test_e2m1_code_denormal_matches_encode_e2m1(dtype):
         assert not bad.any(), f"k={k}: {int(bad.sum())} codes differ, first x={x[keep][bad][0].item()!r}: {got[bad][0].item()} != {want[bad][0].item()}"
 
 
+def _e2m1_word_nibbles(v: torch.Tensor) -> torch.Tensor:
+    """tl_formats.e2m1_word's steps for each fp32 value alone (its nibble), in torch fp32."""
+    f32, i64 = torch.float32, torch.int64
+    a = torch.clamp(torch.where(torch.isnan(v), torch.zeros((), dtype=f32), v.abs()), max=6.0)
+    c = torch.clamp((a.view(torch.int32).to(i64) & 0x7F800000) + (22 << 23), min=0x4A800000)
+    s = (a + c.to(torch.int32).view(f32)).view(torch.int32).to(i64)
+    magnitude = s - c + (c >> 22) - 298
+    return (magnitude | ((v.view(torch.int32).to(i64) >> 28) & 8)).to(torch.uint8)
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_e2m1_word_matches_encode_e2m1(dtype):
+    # NVFP4's fast path encodes v = __fmaf_rn(x, inv, +0.0) with tl_formats.e2m1_word: here its
+    # steps against formats.encode_e2m1(v) for every x of the dtype times random inv (and the
+    # smallest inv the fast path allows, where the tiniest x still gives a nonzero product), and for
+    # every e2m1 value and midpoint with their fp32 neighbours. v + 0.0 is the fma's +0.0 (the CPU
+    # has no fma; the bound keeps every product away from rounding to zero). NaN products are the
+    # device's canonical NaN, 0x7FFFFFFF. kernels/quant/PERF.md: every fp32 v, once.
+    from kernels.quant import cuda
+
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    inv_min = 1 / (448 * cuda._NVFP4_WORD_DIVISOR_MAX[str(dtype).split(".")[1]] / formats.E2M1_MAX)
+    invs = [inv_min, 1.0, 6 / 448] + torch.exp2(torch.empty(6).uniform_(-16, 100, generator=g)).tolist()
+    for inv in invs:
+        inv = torch.tensor(inv, dtype=torch.float32)
+        v = x * inv + 0.0
+        v = torch.where(torch.isnan(v), torch.tensor(0x7FFFFFFF, dtype=torch.int32).view(torch.float32), v)
+        assert not ((v == 0) & (x != 0)).any(), f"inv={inv.item()!r}: a nonzero product rounds to zero"
+        bad = _e2m1_word_nibbles(v) != formats.encode_e2m1(v)
+        assert not bad.any(), f"inv={inv.item()!r}: {int(bad.sum())} differ, first x={x[bad][0].item()!r}"
+    v = torch.from_numpy(_boundary_values())
+    v = v[(v != 0) | ~torch.signbit(v)]
+    bad = _e2m1_word_nibbles(v) != formats.encode_e2m1(v)
+    assert not bad.any(), f"{int(bad.sum())} differ, first v={v[bad][0].item()!r}"
+
+
 REF_SHAPES = [(1, 16), (3, 128), (5, 576), (2, 1024)]
 
 
@@ -856,22 +894,59 @@ def test_device_quant_fp4_strided_and_special(device, scale_format, dtype):
     _check_fp4(device, special_rows(256, dtype, 32).to(device), scale_format)
 
 
-@pytest.mark.device
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_device_quant_fp4_e4m3_global_scales(device, dtype):
-    # The kernel divides by 6 * gs with Markstein's correction inside cuda._NVFP4_FAST_DIVISOR and
-    # with the IEEE division outside it: global scales at and just past both ends, typical ones,
-    # zero and Inf, each with groups whose quotient amax / (6 gs) spans the e4m3 scales' range.
+def _nvfp4_path_edges(dtype) -> list[float]:
+    """Global scales at and just past both ends of NVFP4's fast path for the dtype (cuda.
+    _NVFP4_FAST_DIVISOR, and _NVFP4_WORD_DIVISOR_MAX's upper end for bf16 / fp16), typical ones,
+    zero and Inf."""
     from kernels.quant import cuda
 
-    lo, hi = (v / formats.E2M1_MAX for v in cuda._NVFP4_FAST_DIVISOR)
+    hi = cuda._NVFP4_WORD_DIVISOR_MAX.get(str(dtype).split(".")[1], cuda._NVFP4_FAST_DIVISOR[1])
+    lo, hi = cuda._NVFP4_FAST_DIVISOR[0] / formats.E2M1_MAX, hi / formats.E2M1_MAX
     f32 = np.float32
-    scales = [lo, float(np.nextafter(f32(lo), f32(0))), hi, float(np.nextafter(f32(hi), f32(math.inf))), 1 / 2688, 0.37, 1e-30, 1e30, 0.0, math.inf]
+    return [lo, float(np.nextafter(f32(lo), f32(0))), hi, float(np.nextafter(f32(hi), f32(math.inf))), 1 / 2688, 0.37, 1e-30, 1e30, 0.0, math.inf]
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_device_quant_fp4_e4m3_global_scales(device, dtype):
+    # The kernel divides by 6 * gs with Markstein's correction (and encodes bf16 / fp16 by words)
+    # inside its fast path and with the IEEE division outside it: global scales at and just past
+    # both ends, typical ones, zero and Inf, each with groups whose quotient amax / (6 gs) spans
+    # the e4m3 scales' range.
+    scales = _nvfp4_path_edges(dtype)
     t, d = 64, 512
     for gs_value in scales:
         gs = torch.tensor([gs_value], dtype=torch.float32, device=device)
         quotient = torch.exp2(torch.empty((t, d // 16, 1), device=device).uniform_(-12, 12))
         x = (torch.randn((t, d // 16, 16), device=device) * quotient * (formats.E2M1_MAX * gs_value if 0 < gs_value < math.inf else 1.0)).reshape(t, d).to(dtype)
+        p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
+        out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
+        api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
+        _assert_same(out, p_ref, f"packed, gs={gs_value!r} {dtype}")
+        _assert_same(scale_out, s_ref, f"scale, gs={gs_value!r} {dtype}")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_device_quant_fp4_e4m3_word_encoder_edges(device, dtype):
+    # bf16 / fp16 NVFP4 encodes by tl_formats.e2m1_word, whose signs are the products' sign bits:
+    # NaNs with the sign bit set (the device's NaN results must be the positive canonical NaN),
+    # -0.0 (the fma's +0.0 must make it +0.0), the dtype's smallest magnitudes (at the fast path's
+    # largest global scale, the products nearest to rounding to zero), +-Inf, and random bit
+    # patterns, in rows of random normal groups, at every global scale of _nvfp4_path_edges.
+    info = torch.finfo(dtype)
+    bits = torch.iinfo(torch.int16)
+    nan = [0x7FC1, 0xFFC0, 0xFF81, 0xFFFF] if dtype == torch.bfloat16 else [0x7E01, 0xFE00, 0xFC01, 0xFFFF]
+    special = torch.tensor(nan + [0x8000, 0x0000, 0x0001, 0x8001, 0x0002, 0x8003], dtype=torch.int32).to(torch.int16).view(dtype)
+    special = torch.cat((special, torch.tensor([math.inf, -math.inf, info.tiny, -info.tiny], dtype=dtype)))
+    t, d = 96, 1024
+    for gs_value in _nvfp4_path_edges(dtype):
+        gs = torch.tensor([gs_value], dtype=torch.float32, device=device)
+        magnitude = torch.exp2(torch.empty((t, d // 16, 1), device=device).uniform_(-20, 20))
+        x = (torch.randn((t, d // 16, 16), device=device) * magnitude).reshape(t, d).to(dtype)
+        x[t // 2 :] = torch.randint(bits.min, bits.max + 1, (t - t // 2, d), dtype=torch.int16, device=device).view(dtype)
+        where = torch.randint(0, t * d, (t * d // 8,), device=device)
+        x.view(-1)[where] = special.to(device)[torch.randint(0, special.numel(), where.shape, device=device)]
         p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
         out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
         api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)

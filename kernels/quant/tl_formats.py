@@ -12,12 +12,20 @@ from kernels.quant.formats import E2M1_MAX, E4M3_MAX, amax_floor, ue8m0_split
 _FLT_MAX = 3.4028234663852886e38
 # fp32 bits of 2**-106, the rounding constant of e2m1_code_denormal.
 _E2M1_DENORMAL_BIAS = (127 - 106) << 23
+# e2m1_code_biased's offset (2 * 149, C's biased exponent doubled), once per nibble of a word.
+_E2M1_CODE_BIAS = 298
+_E2M1_WORD_BIAS = (_E2M1_CODE_BIAS * 0x11111111) & 0xFFFFFFFF
 
 # The CUDA source the kernels that use reciprocal_rn put in their prelude.
 CUDA_PRELUDE = """
 __device__ __forceinline__ float tl_ops_rcp_approx(float s) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return r;
+}
+__device__ __forceinline__ unsigned tl_ops_abs_max_bf16x2(unsigned acc, unsigned w) {
+  unsigned r;
+  asm("{.reg .b32 t;\\n abs.bf16x2 t, %2;\\n max.bf16x2 %0, %1, t;\\n}" : "=r"(r) : "r"(acc), "r"(w));
   return r;
 }
 """
@@ -27,6 +35,7 @@ __all__ = [
     "abs_max",
     "bf16_pair_value",
     "e2m1_code",
+    "e2m1_code_biased",
     "e2m1_code_denormal",
     "e2m1_denormal_multiplier",
     "e2m1_nibble_value",
@@ -34,12 +43,14 @@ __all__ = [
     "e2m1_sign_threshold",
     "e2m1_value",
     "e2m1_value_denormal",
+    "e2m1_word",
     "e4m3",
     "e4m3_clamp",
     "fp32_quotient",
     "group_scale",
     "markstein_quotient",
     "mx_fp4_scales",
+    "pairs_abs_max",
     "reciprocal_rn",
     "scale_reciprocal",
     "ue8m0_exponent",
@@ -51,6 +62,17 @@ __all__ = [
 def abs_max(acc, v):
     """max(acc, |v|) with NaN v ignored (fmaxf returns the non-NaN operand)."""
     return T.max(acc, T.abs(v))
+
+
+def pairs_abs_max(words):
+    """fp32 max |x| over the bfloat16 pairs in the uint32 words, NaN ignored (the other operand
+    wins), as abs_max over the widened elements: a max only selects, so it can run on the pairs
+    themselves, one instruction a pair (max.bf16x2 of |pair|) and one widening at the end. CUDA
+    only; the kernel's prelude needs CUDA_PRELUDE."""
+    acc = T.uint32(0)
+    for word in words:
+        acc = T.call_extern("uint32", "tl_ops_abs_max_bf16x2", acc, word)
+    return T.max(bf16_pair_value(acc, 0), bf16_pair_value(acc, 1))
 
 
 def bf16_pair_value(word, hi):
@@ -219,6 +241,37 @@ def e2m1_code_denormal(x, m, below):
     # The sign bit rides on the addend: 2**-106 plus 8 of its ulps adds 8 to the sum's bits.
     bias = T.if_then_else(x < below, T.float32(2.0**-106 + 8 * 2.0**-129), T.float32(2.0**-106))
     return T.reinterpret(T.reinterpret(bits >> T.uint32(2), "float32") + bias, "uint32") - T.uint32(_E2M1_DENORMAL_BIAS)
+
+
+def e2m1_code_biased(v):
+    """uint32 magnitude code (0..7) of fp32 v plus 298, for e2m1_word: e2m1_code's rounding with
+    the saturation and NaN folded into one clamp of |v| to [0, 6] (fmaxf, then fminf), so that C
+    = 2**(22 + e) needs only its lower bound; |v| + C rounds |v| onto the grid (ties to even),
+    whose bits less C's count grid steps, and C's bits >> 22 add 2 * (149 + e), the codes below
+    the binade plus 298, which the caller subtracts once per word."""
+    a = T.min(T.max(T.abs(v), T.float32(0)), T.float32(6))
+    c = T.max((T.reinterpret(a, "uint32") & T.uint32(0x7F800000)) + T.uint32(22 << 23), T.uint32(0x4A800000))
+    return T.reinterpret(a + T.reinterpret(c, "float32"), "uint32") - c + T.shift_right(c, T.uint32(22))
+
+
+def e2m1_word(values):
+    """uint32 of the e2m1 codes of 8 fp32 values, value i in nibble i (low nibble first,
+    formats.pack_e2m1): formats.encode_e2m1 bit for bit, provided that a value's sign bit is set
+    exactly when it is below 0, that is no value is -0.0 or a NaN with its sign bit set. The CUDA
+    product __fmaf_rn(x, inv, +0.0) gives that for inv > 0 whenever x * inv does not round to
+    zero from below: +-0.0 * inv + 0.0 is +0.0, and an fp32 operation with a NaN result returns the
+    canonical NaN 0x7FFFFFFF (checked on the device, quant_test). CUDA only.
+
+    Magnitudes add into the word (e2m1_code_biased, each shifted to its nibble; one constant for
+    the whole word), and the sign bits shift in four at a time (a funnel shift per value: the sign
+    and three exponent bits), masked once per word."""
+    magnitude = e2m1_code_biased(values[0])
+    for i, v in enumerate(values[1:], start=1):
+        magnitude = magnitude + T.shift_left(e2m1_code_biased(v), T.uint32(4 * i))
+    signs = T.uint32(0)
+    for v in reversed(values):
+        signs = T.call_pure_extern("uint32", "__funnelshift_l", T.reinterpret(v, "uint32"), signs, T.uint32(4))
+    return (magnitude - T.uint32(_E2M1_WORD_BIAS)) | (signs & T.uint32(0x88888888))
 
 
 @T.macro
