@@ -39,7 +39,8 @@ Where the work runs: each row is split over `threads_per_row` threads that each 
 its vectors first, accumulates their squares, the row's threads reduce with warp shuffles and, for
 rows wider than a warp, one shared-memory exchange of the per-warp sums (every thread adds them in
 the same order, so all get the same total); then each thread scales the values it still holds and
-stores them. x (and residual) are read from global memory exactly once; the weight is read in the
+stores them (the fused kernels' threads hold at most two 16-byte vectors of each operand,
+_FUSED_OPERAND_BYTES: twice the threads a row). x (and residual) are read from global memory exactly once; the weight is read in the
 scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
 which spills at the register cap below for several widths). So that this read finds it in L2, the
 fused kernel's first threads prefetch the weight's lines into L2 as x's loads go out (one
@@ -129,10 +130,15 @@ _MAX_VECTOR_BYTES = 16
 # between the two passes (one register per element), and the fused variant also holds its residual
 # vectors while they load (x and residual words together). With 16-byte vectors: 4 vectors of
 # bf16/fp16 (either variant), 8 of fp32, 4 of fp32 with a residual; a 7168-wide bf16 row takes 224
-# threads, a 16384-wide one 512.
+# threads, a 16384-wide one 512 (the fused kernels hold fewer: _FUSED_OPERAND_BYTES).
 _MAX_ROW_REGISTERS = 32
 # Vectors one thread holds, at most (binds only for narrow vectors, i.e. odd D or unaligned data).
 _MAX_STEPS = 8
+# The fused kernels' threads hold at most this many bytes of each (t, D) operand: two 16-byte
+# vectors, twice the threads of the register budget's four. Same-run probe on the H200 (7168 bf16,
+# 2026-12-01, kernels/norm/PERF.md): 1-7% faster at 1 to 256 rows, as fast at 1024 and 16384; the
+# plain kernels lose from 1024 rows on, so they keep the budget's shape.
+_FUSED_OPERAND_BYTES = 32
 # Short rows share a block of at least this many threads.
 _BLOCK_THREADS = 128
 _MAX_THREADS = 1024
@@ -172,13 +178,17 @@ def norm_config(
     max_steps: int | None = None,
     residual: bool = False,
     lane_multiple: int = 1,
+    operand_bytes: int | None = None,
 ) -> NormConfig:
-    """Derive the launch shape from the static arguments (`residual`: the fused variant's).
+    """Derive the launch shape from the static arguments (`residual`: the fused variant's register
+    budget).
 
     `threads` is the smallest block (short rows share it; a power of two in [32, 1024]) and
     `max_steps` the most vectors a thread holds (tuning knobs; None takes the defaults above).
     `lane_multiple` (1 or a power of two up to 128) rounds a row of more than a warp up to a
     multiple of that many lanes (the default 1 leaves the shape as it always was).
+    `operand_bytes` caps the bytes of each operand a thread holds (the fused kernels pass
+    _FUSED_OPERAND_BYTES; None: the register budget alone).
     """
     elem = row_elements("norm", D, dtype, DTYPES, x_stride, max_D=MAX_D, x_align=x_align)
     block = threads or _BLOCK_THREADS
@@ -195,7 +205,8 @@ def norm_config(
     inputs = 2 if residual else 1  # (t, D) operands each thread loads
     widened = _MAX_ROW_REGISTERS // vector_elems
     loaded = _MAX_ROW_REGISTERS * 4 // (vector_bytes * inputs)
-    steps_cap = max_steps or max(1, min(_MAX_STEPS, widened, loaded))
+    held = operand_bytes // vector_bytes if operand_bytes else _MAX_STEPS
+    steps_cap = max_steps or max(1, min(_MAX_STEPS, widened, loaded, held))
     wanted = -(-row_vectors // steps_cap)  # threads one row needs at `steps_cap` vectors each
     # Rows of a warp or more take whole warps; shorter rows a power-of-two group of lanes, so the
     # shuffle butterfly stays inside the group.
@@ -239,7 +250,7 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
         (16383, "float16", 16383, 16),  # odd D: 2-byte vectors, partial last step
         (7168, "bfloat16", 7168, 16),  # hidden size: 224 threads (7 warps) x 4 steps
         (7168, "float16", 7168, 16),
-        (7168, "float32", 7168, 16),  # 224 threads x 8 steps (residual: 448 x 4)
+        (7168, "float32", 7168, 16),  # 224 threads x 8 steps (fused: 896 x 2)
         (4096, "bfloat16", 7168, 16),  # strided rows: 128 threads x 4 steps
         (2880, "bfloat16", 2880, 16),  # odd multiple of 64: 96 threads x 4 steps, partial
         (1536, "bfloat16", 1536, 16),  # 64 threads x 3 steps, 2 rows per block
@@ -475,7 +486,7 @@ def add_rmsnorm_tl(
     max_steps: int | None = None,
 ):
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
-    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, operand_bytes=_FUSED_OPERAND_BYTES)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
     prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
@@ -565,6 +576,7 @@ def fp8_config(
     x_align: int = 16,
     threads: int | None = None,
     max_steps: int | None = None,
+    fused: bool = False,
 ) -> tuple[NormConfig, Fp8Groups]:
     """The launch shape of an FP8-output kernel and its group mapping (ValueError on bad arguments);
     the plain and the fused variant share it.
@@ -573,21 +585,23 @@ def fp8_config(
     than a warp is rounded up to whole groups of lanes (norm_config's lane_multiple), so no group
     straddles two steps. Registers are budgeted as for the fused norm (norm_config's `residual`):
     that halves the steps of fp32 rows with 16-byte vectors (8 -> 4), whose 32 fp32 row registers
-    leave no room for the quantise pass; every other class keeps the plain shape. Blocks per SM
-    follow _FP8_RESIDENT_THREADS.
+    leave no room for the quantise pass; every other class keeps the plain shape. `fused`: the
+    fused variant's, whose threads also hold at most _FUSED_OPERAND_BYTES of each operand. Blocks
+    per SM follow _FP8_RESIDENT_THREADS.
     """
     if scale_layout not in SCALE_LAYOUTS:
         raise ValueError(f"norm: scale_layout must be one of {', '.join(SCALE_LAYOUTS)}, got {scale_layout!r}")
     if group != D and (group not in FP8_GROUPS or D % group):
         raise ValueError(f"norm: group must be D ({D}) or one of {FP8_GROUPS} dividing it, got {group}")
-    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True)
+    operand_bytes = _FUSED_OPERAND_BYTES if fused else None
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, operand_bytes=operand_bytes)
     tpr = cfg.threads_per_row
     if group == D:
         grp = Fp8Groups(D, 1, cfg.row_vectors, tpr, cfg.steps, 1, cfg.warps_per_row)
         return _fp8_occupancy(cfg), grp
     # Vectors are a power of two of at most 16 bytes, so they divide every group of 16 or more.
     group_vectors = group // cfg.vector_elems
-    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, lane_multiple=group_vectors)
+    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, lane_multiple=group_vectors, operand_bytes=operand_bytes)
     cfg = _fp8_occupancy(cfg)
     tpr = cfg.threads_per_row
     lanes = min(group_vectors, tpr)  # both powers of two when tpr < group_vectors (tpr <= 32)
@@ -867,7 +881,7 @@ def _scale_tensor(scale_layout: str, t, groups: int):
 def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, residual):
     """The prim_func of rmsnorm_fp8_tl / add_rmsnorm_fp8_tl: the norm's load (and residual add),
     then normalise in place, group amax, quantise. with_y adds y's store and argument, nothing else."""
-    cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps)
+    cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps, fused=residual)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, widen_row, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
     t = T.dynamic("t")

@@ -646,11 +646,12 @@ _ELEM_DTYPE = {2: "bfloat16", 4: "float32"}
 FACTORIES = ("rmsnorm_tl", "add_rmsnorm_tl")
 
 
-def _worst_case_steps(backend_module, configs, residual: bool) -> dict[tuple[int, int], int]:
-    """{(element bytes, vector bytes): most vectors per thread} over the given factory arguments."""
+def _worst_case_steps(backend_module, configs, residual: bool, **shape) -> dict[tuple[int, int], int]:
+    """{(element bytes, vector bytes): most vectors per thread} over the given factory arguments
+    (`shape`: norm_config's further keywords)."""
     worst: dict[tuple[int, int], int] = {}
     for d, dtype, stride, align in configs:
-        cfg = backend_module.norm_config(d, dtype, stride, align, residual=residual)
+        cfg = backend_module.norm_config(d, dtype, stride, align, residual=residual, **shape)
         key = (4 if dtype == "float32" else 2, cfg.vector_bytes)
         worst[key] = max(worst.get(key, 0), cfg.steps)
     return worst
@@ -661,18 +662,20 @@ def _worst_case_steps(backend_module, configs, residual: bool) -> dict[tuple[int
 def test_cuda_shipped_configs_cover_every_reachable_width(residual):
     # Register pressure grows with the vectors a thread holds: for every (element size, vector
     # width) class that any D in 1..16384 and any alignment reach, the shipped set must hold that
-    # class's worst case (which the spill test then compiles).
+    # class's worst case (which the spill test then compiles). The fused kernel's shape also caps
+    # the bytes of each operand a thread holds.
     from kernels.norm import cuda
 
+    shape = {"operand_bytes": cuda._FUSED_OPERAND_BYTES} if residual else {}
     reachable = [(d, _ELEM_DTYPE[e], d, a) for e in (2, 4) for a in _ALIGNS if a >= e for d in range(1, cuda.MAX_D + 1)]
     shipped = cuda.norm_shipped_configs()
-    assert _worst_case_steps(cuda, shipped, residual) == _worst_case_steps(cuda, reachable, residual)
+    assert _worst_case_steps(cuda, shipped, residual, **shape) == _worst_case_steps(cuda, reachable, residual, **shape)
     assert {c[1] for c in shipped} == set(api.DTYPES.values())
     # Every reachable configuration holds at most 32 registers' worth of row data per thread, in
     # one block of at most 1024 threads.
     inputs = 2 if residual else 1
     for d, dtype, stride, align in reachable:
-        cfg = cuda.norm_config(d, dtype, stride, align, residual=residual)
+        cfg = cuda.norm_config(d, dtype, stride, align, residual=residual, **shape)
         words = cfg.steps * max(cfg.vector_elems, cfg.vector_bytes * inputs // 4)
         assert cfg.threads <= 1024 and words <= 32, (d, dtype, align, cfg)
 
