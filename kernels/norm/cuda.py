@@ -248,7 +248,7 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
         (16384, "float32", 16384, 16),  # 4 x 16 B: 512 threads x 8 steps (residual: 1024 x 4)
         # Shapes the models run and the remaining branches.
         (16383, "float16", 16383, 16),  # odd D: 2-byte vectors, partial last step
-        (7168, "bfloat16", 7168, 16),  # hidden size: 224 threads (7 warps) x 4 steps
+        (7168, "bfloat16", 7168, 16),  # hidden size: 224 threads (7 warps) x 4 steps (fused: 448 x 2)
         (7168, "float16", 7168, 16),
         (7168, "float32", 7168, 16),  # 224 threads x 8 steps (fused: 896 x 2)
         (4096, "bfloat16", 7168, 16),  # strided rows: 128 threads x 4 steps
