@@ -906,6 +906,18 @@ def _nvfp4_path_edges(dtype) -> list[float]:
     return [lo, float(np.nextafter(f32(lo), f32(0))), hi, float(np.nextafter(f32(hi), f32(math.inf))), 1 / 2688, 0.37, 1e-30, 1e30, 0.0, math.inf]
 
 
+def _check_nvfp4(device, x, gs):
+    """NVFP4 of x with the (1,) global scale gs through the interface, into poisoned outputs: codes
+    and scales equal to the reference's bit for bit."""
+    t, d = x.shape
+    p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
+    out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
+    api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
+    what = f"gs={gs.item()!r} {x.dtype}"
+    _assert_same(out, p_ref, f"packed, {what}")
+    _assert_same(scale_out, s_ref, f"scale, {what}")
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_device_quant_fp4_e4m3_global_scales(device, dtype):
@@ -919,11 +931,7 @@ def test_device_quant_fp4_e4m3_global_scales(device, dtype):
         gs = torch.tensor([gs_value], dtype=torch.float32, device=device)
         quotient = torch.exp2(torch.empty((t, d // 16, 1), device=device).uniform_(-12, 12))
         x = (torch.randn((t, d // 16, 16), device=device) * quotient * (formats.E2M1_MAX * gs_value if 0 < gs_value < math.inf else 1.0)).reshape(t, d).to(dtype)
-        p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
-        out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
-        api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
-        _assert_same(out, p_ref, f"packed, gs={gs_value!r} {dtype}")
-        _assert_same(scale_out, s_ref, f"scale, gs={gs_value!r} {dtype}")
+        _check_nvfp4(device, x, gs)
 
 
 @pytest.mark.device
@@ -947,11 +955,7 @@ def test_device_quant_fp4_e4m3_word_encoder_edges(device, dtype):
         x[t // 2 :] = torch.randint(bits.min, bits.max + 1, (t - t // 2, d), dtype=torch.int16, device=device).view(dtype)
         where = torch.randint(0, t * d, (t * d // 8,), device=device)
         x.view(-1)[where] = special.to(device)[torch.randint(0, special.numel(), where.shape, device=device)]
-        p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
-        out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
-        api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
-        _assert_same(out, p_ref, f"packed, gs={gs_value!r} {dtype}")
-        _assert_same(scale_out, s_ref, f"scale, gs={gs_value!r} {dtype}")
+        _check_nvfp4(device, x, gs)
 
 
 @pytest.mark.device
