@@ -25,18 +25,24 @@ transcription of formats.py: fmaxf amax (NaN ignored), the floor, an IEEE divisi
 maximum, UE8M0 by integer bit arithmetic, one IEEE reciprocal per group, one multiply per element,
 a saturating round-to-nearest-even conversion (e4m3: +-Inf and overflow to +-448, NaN kept) or the
 e2m1 encoder. No fused multiply-add can form (the encoder's one addition follows an fmaxf), no
-fast-math. The results are bit-exact against the reference. Two steps differ in form, not in
-value, both through fp32 denormals (the kernels keep them since they never use fast-math): e2m1
-codes decode by tl_formats.e2m1_value_denormal, and bf16 / fp16 MX FP4 encodes by
+fast-math. The results are bit-exact against the reference. Some steps differ in form, not in
+value. Through fp32 denormals (the kernels keep them since they never use fast-math): e2m1 codes
+decode by tl_formats.e2m1_value_denormal, and bf16 / fp16 MX FP4 encodes by
 tl_formats.e2m1_code_denormal, whose one multiply per element is by inv * 2**-126 (by inv, then
-2**-126, in groups whose scale exceeds 2**23).
+2**-126, in groups whose scale exceeds 2**23). NVFP4 takes a group's inv from a per-block table of
+the IEEE reciprocals of (e4m3 code * global scale), one per code; where 6 * global scale lies in
+_NVFP4_FAST_DIVISOR it divides the amax by it with tl_formats.markstein_quotient, and there (up to
+_NVFP4_WORD_DIVISOR_MAX for bf16) encodes bf16 / fp16 eight codes at a time with
+tl_formats.e2m1_word, each product formed as fma(x, inv, +0.0): the product's value, with -0.0
+made +0.0.
 
 t (and n) are dynamic: one compiled kernel serves every batch size; every global offset is 64-bit.
 t == 0 must not be launched (a CUDA grid cannot be empty).
 
 Where the work runs (row kernels): a row is cut into chunks of `chunk` elements (one 16-byte vector
-of the input when alignment allows); `group_lanes` consecutive lanes hold the chunks of one group,
-so a group's amax is a butterfly of log2(group_lanes) warp shuffles. Each thread takes `steps`
+of the input when alignment allows; NVFP4's is its group of 16); `group_lanes` consecutive lanes
+hold the chunks of one group, so a group's amax is a butterfly of log2(group_lanes) warp shuffles
+(bf16 FP4 takes each lane's part on the packed pairs, tl_formats.pairs_abs_max). Each thread takes `steps`
 chunks of its row, `threads_per_row` apart (coalesced), issues all their loads before any
 arithmetic or store, reduces, then quantises and stores; rows too long for one block are split over
 `col_blocks` blocks (the grid's second dimension), short rows share a block. The per-token kernel
