@@ -268,17 +268,12 @@ def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
 # tl_ops_round_bf16: x rounded to bfloat16 (nearest-even, as the cast) and returned as the fp32 of
 # that value, in one conversion: cvt.rn.bf16x2 puts x's bfloat16 in the high half and 0.0's in the
 # low one, which is the fp32 of the same value; a cast and a widening take a conversion per pair
-# and a shift or mask per element. tl_ops_max_bf16x2: the larger of each half of two bfloat16 pairs.
+# and a shift or mask per element.
 _NORM_PRELUDE = """
 __device__ __forceinline__ float tl_ops_round_bf16(float x) {
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x), "f"(0.0f));
   return __uint_as_float(r);
-}
-__device__ __forceinline__ unsigned tl_ops_max_bf16x2(unsigned a, unsigned b) {
-  unsigned r;
-  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
 }
 __device__ __forceinline__ void tl_ops_prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
 template <int Bytes> struct tl_ops_word;

@@ -227,24 +227,20 @@ def _row_macros(cfg: RowConfig):
                         buf[s, i * vec + v] = x[row, (first + s * tpr) * chunk + i * vec + v]
 
     @T.macro
-    def group_amax(buf, active, first, amax, widen):
+    def group_amax(buf, active, first, amax, pairs):
         """amax[s] = max |x| over step s's group (the same value in every lane of the group), x the
-        cast of buf[s, e], or widen(s, q, hi) of element 2q + hi; widen "pairs": bfloat16 pairs
-        take one max each in their 32-bit words (pairs_abs_max; the kernel's prelude needs
-        CUDA_PRELUDE). Inactive lanes contribute 0 but take part in every shuffle
-        (full-warp masks)."""
+        cast of buf[s, e]; `pairs` (a bfloat16 buf): one max per pair on their 32-bit words
+        (pairs_abs_max; the kernel's prelude needs CUDA_PRELUDE). Inactive lanes contribute 0 but
+        take part in every shuffle (full-warp masks)."""
         for s in T.unroll(steps):
             amax[s] = T.float32(0)
             if active and first + s * tpr < cfg.row_chunks:
-                if widen is None:
-                    for e in T.unroll(chunk):
-                        amax[s] = F.abs_max(amax[s], T.cast(buf[s, e], "float32"))
-                elif widen == "pairs":
+                if pairs:
                     words = T.view(buf, (steps, chunk // 2), "uint32")
                     amax[s] = F.pairs_abs_max([words[s, q] for q in range(chunk // 2)])
                 else:
-                    for q in T.unroll(chunk // 2):
-                        amax[s] = F.abs_max(F.abs_max(amax[s], widen(s, q, 0)), widen(s, q, 1))
+                    for e in T.unroll(chunk):
+                        amax[s] = F.abs_max(amax[s], T.cast(buf[s, e], "float32"))
         for i in T.unroll(shuffles):
             for s in T.unroll(steps):
                 amax[s] = T.max(amax[s], T.shfl_xor(amax[s], 1 << i))
@@ -321,7 +317,7 @@ def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout
             out = T.alloc_local((chunk,), FP8)
             if row < t:
                 load_chunks(x, row, first, buf)
-            group_amax(buf, row < t, first, amax, None)
+            group_amax(buf, row < t, first, amax, False)
             if row < t:
                 for s in T.unroll(steps):
                     c = first + s * tpr
@@ -541,7 +537,7 @@ def _fp4_factory(name: str, nvfp4: bool):
                     nvfp4_divisor(gs[0], nv)
                     nvfp4_reciprocals(gs[0], recip, tx, cfg.threads)
                     T.sync_threads()
-                group_amax(buf, row < t, first, amax, "pairs" if dtype == "bfloat16" else lambda s, q, hi: F.widen(buf, s, 2 * q + hi))
+                group_amax(buf, row < t, first, amax, dtype == "bfloat16")
                 if row < t:
                     if not nvfp4:
                         quantise_groups(buf, amax, nv, recip, s8, sc, pkw, pk, packed, scale, row, first, lane, False)

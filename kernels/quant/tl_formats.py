@@ -16,17 +16,24 @@ _E2M1_DENORMAL_BIAS = (127 - 106) << 23
 _E2M1_CODE_BIAS = 298
 _E2M1_WORD_BIAS = (_E2M1_CODE_BIAS * 0x11111111) & 0xFFFFFFFF
 
-# The CUDA source the kernels that use reciprocal_rn put in their prelude.
+# The CUDA source the kernels that use reciprocal_rn or pairs_abs_max put in their prelude.
+# tl_ops_max_bf16x2: the larger of each half of two bfloat16 pairs (NaN ignored); the abs variant
+# clears the second pair's signs first.
 CUDA_PRELUDE = """
 __device__ __forceinline__ float tl_ops_rcp_approx(float s) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
   return r;
 }
-__device__ __forceinline__ unsigned tl_ops_abs_max_bf16x2(unsigned acc, unsigned w) {
+__device__ __forceinline__ unsigned tl_ops_max_bf16x2(unsigned a, unsigned b) {
   unsigned r;
-  asm("{.reg .b32 t;\\n abs.bf16x2 t, %2;\\n max.bf16x2 %0, %1, t;\\n}" : "=r"(r) : "r"(acc), "r"(w));
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
+}
+__device__ __forceinline__ unsigned tl_ops_abs_max_bf16x2(unsigned acc, unsigned w) {
+  unsigned a;
+  asm("abs.bf16x2 %0, %1;" : "=r"(a) : "r"(w));
+  return tl_ops_max_bf16x2(acc, a);
 }
 """
 
