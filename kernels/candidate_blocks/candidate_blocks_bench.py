@@ -63,9 +63,8 @@ def _case(label: str, t: int, k: int, spread: bool) -> BenchCase:
         scores = torch.randn((t, NB), generator=gen, device=device)
         order = torch.randperm(t, generator=gen, device=device)
         n_t = torch.tensor(counts, dtype=torch.int32, device=device)[order]
-        out = torch.empty((t, k), dtype=torch.int32, device=device)
         return Workload(
-            fn=lambda: api.select_candidate_blocks(scores, n_t, k, num_sink=NUM_SINK, num_local=NUM_LOCAL, out=out),
+            fn=lambda: api.select_candidate_blocks(scores, n_t, k, num_sink=NUM_SINK, num_local=NUM_LOCAL),
             peers={
                 "torch_eager": lambda: ref.candidate_blocks_ref(scores, n_t, k, NUM_SINK, NUM_LOCAL),
                 "torch_compile": lambda: compiled_ref(scores, n_t, k, NUM_SINK, NUM_LOCAL),

@@ -69,17 +69,11 @@ def _case(batch: int, draft_len: int) -> BenchCase:
             draft_tokens=torch.randint(0, VOCAB, (n,), generator=gen, device=device),
             cu_draft_lens=torch.arange(batch + 1, dtype=torch.int32, device=device) * draft_len,
         )
-        outs = api.DflashOutput(
-            torch.empty(n, dtype=torch.float32, device=device),
-            torch.empty(batch, dtype=torch.int32, device=device),
-            torch.empty(batch, dtype=torch.float32, device=device),
-            torch.empty(n, dtype=torch.int64, device=device),
-        )
         if not compiled:
             compiled.append(torch.compile(ref.confidence_head_fused_ref, dynamic=False))
         compiled_ref = compiled[0]
         return Workload(
-            fn=lambda: api.confidence_head(**args, threshold=THRESHOLD, out=outs),
+            fn=lambda: api.confidence_head(**args, threshold=THRESHOLD),
             peers={
                 "torch_eager": lambda: ref.confidence_head_fused_ref(**args, threshold=THRESHOLD, max_len=draft_len),
                 "torch_compile": lambda: compiled_ref(**args, threshold=THRESHOLD, max_len=draft_len),

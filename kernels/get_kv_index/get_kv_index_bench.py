@@ -76,22 +76,15 @@ def _case(fn_name: str, phase: str, batch: int) -> BenchCase:
         if fn_name == "slots":
             reference = ref.slot_mapping_ref
             args = (qsl, pos, table, BLOCK_SIZE)
-            out = torch.empty((tokens,), dtype=torch.int64, device=device)
-            fn = lambda: api.get_slot_mapping(qsl, pos, table, block_size=BLOCK_SIZE, out=out)  # noqa: E731
+            fn = lambda: api.get_slot_mapping(qsl, pos, table, block_size=BLOCK_SIZE)  # noqa: E731
         elif fn_name == "paged":
             reference = ref.paged_kv_indices_ref
             args = (table, lens, BLOCK_SIZE, PAGE_SIZE)
-            outs = (
-                torch.empty((batch + 1,), dtype=torch.int32, device=device),
-                torch.empty((capacity,), dtype=torch.int32, device=device),
-                torch.empty((batch,), dtype=torch.int32, device=device),
-            )
-            fn = lambda: api.get_paged_kv_indices(table, lens, block_size=BLOCK_SIZE, page_size=PAGE_SIZE, out=outs)  # noqa: E731
+            fn = lambda: api.get_paged_kv_indices(table, lens, block_size=BLOCK_SIZE, page_size=PAGE_SIZE)  # noqa: E731
         else:
             reference = ref.batch_indices_positions_ref
             args = (qsl, lens, tokens)
-            outs = (torch.empty((tokens,), dtype=torch.int32, device=device), torch.empty((tokens,), dtype=torch.int32, device=device))
-            fn = lambda: api.get_batch_indices_positions(qsl, lens, tokens, out=outs)  # noqa: E731
+            fn = lambda: api.get_batch_indices_positions(qsl, lens, tokens)  # noqa: E731
         if not compiled:
             compiled.append(torch.compile(reference, dynamic=False))
         compiled_ref = compiled[0]

@@ -71,11 +71,9 @@ def _case(kind: str, b: int, tokens: int) -> BenchCase:
         block_table = perm.to(torch.int32).reshape(b, max_blocks)
         seq_lens = torch.full((b,), tokens, dtype=torch.int32, device=device)
         seq_starts = torch.randint(0, BLOCK_SIZE, (b,), generator=gen, device=device, dtype=torch.int32)
-        out = torch.empty((total, D), dtype=torch.bfloat16, device=device)
-        cu = torch.empty((b + 1,), dtype=torch.int32, device=device)
 
         def fn():
-            return api.load_paged_kv_cache(cache, block_table, seq_lens, seq_starts, out=out, cu_seqlens=cu)
+            return api.load_paged_kv_cache(cache, block_table, seq_lens, seq_starts, num_tokens=total)
 
         return Workload(
             fn=fn,

@@ -12,12 +12,9 @@ Peers, timed in the same run with the same timer, each computing what the kernel
                  returned as a new tensor and residual is left alone, which is a different contract
                  (kept beside the in-place peer because earlier baselines compared against it)
 
-Outputs: the kernel's call allocates its outputs, as the peers do (no out=): each call's output
-lands in the caching allocator's recycled block, as a decode step's does. With a preallocated output
-per input set, the kernel's writes went to a new buffer on every launch while the peers' went to
-the same recycled one, which stays in L2 between back-to-back launches (at 256 rows x 7168 the
-kernel then paid about 1.1 us of write-backs that the peer did not; kernels/norm/PERF.md). The
-fused peers' in-place form puts the residual's write on the same footing for both.
+Outputs: the kernel's call allocates its outputs, as the peers do (testing/benchmark.py: output
+policy; this bench is where the difference was measured, kernels/norm/PERF.md). The fused peers'
+in-place form puts the residual's write on the same footing for both.
 
 bytes_moved, the minimum DRAM traffic of one call:
   plain  T*D*elem (x read) + T*D*elem (y written) + D*elem (weight read once)

@@ -58,18 +58,17 @@ def _case(source: str, dtype: torch.dtype, V: int, batch: int) -> BenchCase:
         seed = torch.randint(-big, big, (batch,), generator=gen, device=device, dtype=torch.int64)
         offset = torch.randint(0, big, (batch,), generator=gen, device=device, dtype=torch.int64)
         temperature = torch.rand((batch,), generator=gen, device=device) + 0.5
-        out = torch.empty((batch,), dtype=torch.int64, device=device)
         if source == "probs":
             reference, args = ref.random_sample_probs_ref, (x, seed, offset)
 
             def fn():
-                return api.random_sample_probs(x, seed, offset, out=out)
+                return api.random_sample_probs(x, seed, offset)
 
         else:
             reference, args = ref.random_sample_logits_ref, (x, seed, offset, temperature)
 
             def fn():
-                return api.random_sample_logits(x, seed, offset, temperature=temperature, out=out)
+                return api.random_sample_logits(x, seed, offset, temperature=temperature)
 
         if not compiled:
             compiled.append(torch.compile(reference, dynamic=False))

@@ -52,13 +52,12 @@ def _case(batch: int, k: int) -> BenchCase:
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{rotation}"))
         lens = torch.randint(0, MAX_CONTEXT, (batch,), generator=gen, device=device, dtype=torch.int32)
         acc = torch.randint(0, k + 1, (batch,), generator=gen, device=device, dtype=torch.int32)
-        outs = api.MtpSchedule(*(torch.empty(shape, dtype=torch.int32, device=device) for shape in api.output_shapes(batch, tokens, NUM_SM_PARTS)))
         args = (lens, acc, k, BLOCK_SIZE, NUM_SM_PARTS, tokens)
         if not compiled:
             compiled.append(torch.compile(ref.schedule_mtp_varlen_ref, dynamic=False))
         compiled_ref = compiled[0]
         return Workload(
-            fn=lambda: api.schedule_mtp_varlen(lens, acc, num_draft=k, block_size=BLOCK_SIZE, num_sm_parts=NUM_SM_PARTS, num_tokens=tokens, out=outs),
+            fn=lambda: api.schedule_mtp_varlen(lens, acc, num_draft=k, block_size=BLOCK_SIZE, num_sm_parts=NUM_SM_PARTS, num_tokens=tokens),
             peers={
                 "torch_eager": lambda: ref.schedule_mtp_varlen_ref(*args),
                 "torch_compile": lambda: compiled_ref(*args),

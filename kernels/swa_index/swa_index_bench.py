@@ -66,19 +66,12 @@ def _case(batch: int, mtp: int, window: int) -> BenchCase:
 
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
         qsl, pos, table, lens = _inputs(batch, q, device, gen)
-        outs = (
-            torch.empty((tokens, window), dtype=torch.int32, device=device),
-            torch.empty((tokens,), dtype=torch.int32, device=device),
-            torch.empty((batch,), dtype=torch.int32, device=device),
-            torch.empty((batch,), dtype=torch.int64, device=device),
-            torch.empty((batch,), dtype=torch.int64, device=device),
-        )
         args = (qsl, pos, table, lens, window, BLOCK_SIZE, "minus_one")
         if not compiled:
             compiled.append(torch.compile(ref.swa_index_ref, dynamic=False))
         compiled_ref = compiled[0]
         return Workload(
-            fn=lambda: api.swa_index(qsl, pos, table, lens, window=window, block_size=BLOCK_SIZE, out=outs),
+            fn=lambda: api.swa_index(qsl, pos, table, lens, window=window, block_size=BLOCK_SIZE),
             peers={"torch_eager": lambda: ref.swa_index_ref(*args), "torch_compile": lambda: compiled_ref(*args)},
         )
 
