@@ -50,9 +50,16 @@ CLI::
         [--refresh-memory] [--missing report|fail] [--method cuda_graph|profiler]
         [--repeat-runs 2] [--json OUT.json] [--cases-filter substr]
         [--inject-extra-pass] [--baseline-dir DIR] [--memory-dir DIR]
+        [--time-budget SECONDS]
+
+``--time-budget`` starts no case that the longest case so far says would end
+past the budget (counted from the start, ceiling measurement included); the
+cases measured are reported and refreshed as usual, the rest are listed as
+not run and the result is INCOMPLETE.  A budgeted run cut short keeps what
+it measured, where a run killed from outside keeps nothing.
 
 Exit status: 0 pass, 1 regression / memory growth / error / missing (fail
-mode), 2 usage error or no CUDA device.
+mode) / cases not run within the time budget, 2 usage error or no CUDA device.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -714,6 +722,47 @@ def measure_case(
     return record
 
 
+def measure_cases(
+    cases: Sequence[BenchCase],
+    device: torch.device,
+    *,
+    method: str,
+    ceiling_gbs: float | None,
+    inject_extra_pass: bool,
+    repeat_runs: int,
+    deadline: float | None,
+) -> tuple[list[dict[str, Any]], dict[str, float], list[str]]:
+    """Every case ``repeat_runs`` times: (combined records, run-to-run spreads, ids not run).
+
+    With a ``deadline`` (a ``time.monotonic()`` value) no case starts that the longest case so
+    far says would end past it.  A run cut short counts only when no run is complete.
+    """
+    runs: list[list[dict[str, Any]]] = []
+    longest = 0.0
+    for r in range(repeat_runs):
+        if repeat_runs > 1:
+            print(f"-- run {r + 1}/{repeat_runs}")
+        recs: list[dict[str, Any]] = []
+        runs.append(recs)
+        for case in cases:
+            if deadline is not None and time.monotonic() + longest > deadline:
+                break
+            print(f"  {case.kernel}/{case.case_id} ...", flush=True)
+            case_start = time.monotonic()
+            recs.append(measure_case(case, device, method=method, ceiling_gbs=ceiling_gbs, inject_extra_pass=inject_extra_pass))
+            longest = max(longest, time.monotonic() - case_start)
+            print(f"    {progress_line(recs[-1])}", flush=True)
+        if len(recs) < len(cases):
+            break
+    complete = [recs for recs in runs if len(recs) == len(cases)]
+    if complete and len(complete) < repeat_runs:
+        print(f"time budget: combining the {len(complete)} complete runs of {repeat_runs}")
+    kept = complete or runs[:1]
+    not_run = [f"{c.kernel}/{c.case_id}" for c in cases[len(kept[0]):]]
+    records, spreads = combine_runs(kept)
+    return records, spreads, not_run
+
+
 def progress_line(rec: dict[str, Any]) -> str:
     """One measured case as soon as it is done (a run cut short still leaves its numbers)."""
     if rec.get("time_us") is None:
@@ -825,12 +874,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline-dir", default=None, help="override testing/benchmark_baselines (read and write)")
     p.add_argument("--memory-dir", default=None, help="override testing/gpu_mem_profiles (read and write)")
     p.add_argument("--device", default="cuda:0")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds: start no case that would end past this (the rest: not run)")
     args = p.parse_args(argv)
     args.kernels = [k.strip() for group in args.kernels for k in group.split(",") if k.strip()]
     if not args.kernels:
         p.error("--kernels needs at least one kernel name")
     if args.repeat_runs < 1:
         p.error("--repeat-runs must be >= 1")
+    if args.time_budget is not None and not args.time_budget > 0:
+        p.error("--time-budget must be a positive number of seconds")
     return args
 
 
@@ -844,6 +896,7 @@ def _user_path(path: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     args = _parse_args(argv)
     err = sys.stderr
     try:
@@ -896,18 +949,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.inject_extra_pass:
         print("NOTE: --inject-extra-pass: every kernel call runs twice (gate self-check); regressions are expected")
 
-    runs = []
-    for r in range(args.repeat_runs):
-        if args.repeat_runs > 1:
-            print(f"-- run {r + 1}/{args.repeat_runs}")
-        recs = []
-        for case in cases:
-            print(f"  {case.kernel}/{case.case_id} ...", flush=True)
-            rec = measure_case(case, device, method=args.method, ceiling_gbs=ceiling, inject_extra_pass=args.inject_extra_pass)
-            recs.append(rec)
-            print(f"    {progress_line(rec)}", flush=True)
-        runs.append(recs)
-    records, spreads = combine_runs(runs)
+    records, spreads, not_run = measure_cases(
+        cases, device, method=args.method, ceiling_gbs=ceiling, inject_extra_pass=args.inject_extra_pass,
+        repeat_runs=args.repeat_runs, deadline=None if args.time_budget is None else started + args.time_budget,
+    )
     for rec in records:
         rec["device_slug"] = slug
 
@@ -970,6 +1015,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"refreshed {path}")
 
     status = exit_status(reports, refresh_baselines=args.refresh_baselines, refresh_memory=args.refresh_memory)
+    if not_run:
+        status = max(status, 1)
+        print(f"\nnot run within the time budget of {args.time_budget:g} s ({len(not_run)} cases):")
+        for key in not_run:
+            print(f"  {key}")
     if args.json_out:
         out = _user_path(args.json_out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -989,10 +1039,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "spreads": spreads,
             "geomean": summary_row(records),
             "exit_status": status,
+            "not_run": not_run,
         }
         out.write_text(json.dumps(_json_safe(payload), indent=1, allow_nan=False, default=str) + "\n", encoding="utf-8")
         print(f"wrote {out}")
-    print(f"\nRESULT: {'PASS' if status == 0 else 'FAIL'} ({len(reports)} cases, {len(failures)} failing)")
+    verdict = "INCOMPLETE" if not_run and not failures else ("PASS" if status == 0 else "FAIL")
+    ran = f"{len(reports)} of {len(cases)} cases run" if not_run else f"{len(reports)} cases"
+    print(f"\nRESULT: {verdict} ({ran}, {len(failures)} failing)")
     return status
 
 

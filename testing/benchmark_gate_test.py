@@ -11,6 +11,7 @@ import os
 import random
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -672,6 +673,42 @@ def test_cli_end_to_end_with_a_fake_device(tmp_path, monkeypatch, capsys):
     assert bm.main(["--kernels", "fake", "--cases-filter", "big", "--refresh-memory", *dirs]) == 0
     mem = bm.load_jsonl(tmp_path / "mem" / "nvidia-h200" / "fake.jsonl")
     assert mem["big"]["peak_extra_bytes"] == 96 * MIB and mem["small"]["peak_extra_bytes"] == 2 * MIB
+
+
+def test_time_budget_keeps_the_cases_it_measured(tmp_path, monkeypatch, capsys):
+    fake = _FakeDevice(monkeypatch)
+    cases = [fake.case(f"c{i}", 10.0 + i, MIB, {"torch_eager": 20.0}) for i in range(4)]
+    monkeypatch.setattr(bm, "load_cases", lambda kernels, flt=None: cases)
+    now = [0.0]
+    monkeypatch.setattr(bm, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    measure = bm.measure_case
+
+    def ten_seconds(case, *args, **kwargs):
+        now[0] += 10.0
+        return measure(case, *args, **kwargs)
+
+    monkeypatch.setattr(bm, "measure_case", ten_seconds)
+    dirs = ["--baseline-dir", str(tmp_path / "base"), "--memory-dir", str(tmp_path / "mem")]
+    out_json = tmp_path / "out.json"
+
+    # c0 ends at 10 s, c1 at 20 s; c2 would end at 30 s, past the 25 s budget: not started.
+    argv = ["--kernels", "fake", "--refresh-baselines", "--refresh-memory", "--time-budget", "25", "--json", str(out_json), *dirs]
+    assert bm.main(argv) == 1
+    text = capsys.readouterr().out
+    assert "RESULT: INCOMPLETE (2 of 4 cases run, 0 failing)" in text
+    assert "fake/c2 ..." not in text and "  fake/c2\n  fake/c3\n" in text
+    assert sorted(bm.load_jsonl(tmp_path / "base" / "nvidia-h200" / "fake.jsonl")) == ["c0", "c1"]
+    assert sorted(bm.load_jsonl(tmp_path / "mem" / "nvidia-h200" / "fake.jsonl")) == ["c0", "c1"]
+    assert json.loads(out_json.read_text())["not_run"] == ["fake/c2", "fake/c3"]
+
+    # Two runs, the second cut after one case: the complete first run is the result.
+    now[0] = 0.0
+    assert bm.main(["--kernels", "fake", "--repeat-runs", "2", "--time-budget", "55", *dirs]) == 0
+    text = capsys.readouterr().out
+    assert "combining the 1 complete runs of 2" in text and "RESULT: PASS (4 cases, 0 failing)" in text
+
+    with pytest.raises(SystemExit):
+        bm.main(["--kernels", "fake", "--time-budget", "0", *dirs])
 
 
 def test_cli_graph_capture_failure_falls_back_to_profiler(tmp_path, monkeypatch, capsys):

@@ -52,8 +52,11 @@ bench() {  # gpu [tree/]kernel[:cases-filter]
     local kernel=${entry%%:*}
     [ "$kernel" != "$entry" ] && filter=(--cases-filter "${entry#*:}")
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
-    # SIGABRT at the cut makes faulthandler print where each thread was (a stalled case shows itself).
+    # The bench starts no case it cannot finish 15 s before the cut, so a kernel that does not fit
+    # still refreshes the cases it measured (RESULT: INCOMPLETE lists the rest). The cut itself is a
+    # backstop: SIGABRT makes faulthandler print where each thread was (a stalled case shows itself).
     CUDA_VISIBLE_DEVICES=$1 in_tree "$tree" timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $kernel "${filter[@]}" \
+      --time-budget $(( left > 30 ? left - 15 : left / 2 )) \
       --refresh-baselines --refresh-memory --json $OUT/bench_$name.json > $OUT/bench_$name.log 2>&1
     echo "gpu$1 $2: rc $? $(grep -E '^RESULT' $OUT/bench_$name.log)"
 }
