@@ -336,8 +336,10 @@ def test_device_all_equal_and_all_nan(device, kernel_choice):
     for fill in (1.0, -math.inf, math.nan, -0.0):
         scores = torch.full((n_q, nb), fill, device=device)
         scores[1::2, 0] = 0.0  # -0.0 and 0.0 tie
-        got = api.select_candidate_blocks(scores, n_t, k, num_local=3)
-        assert_bitwise_equal(got, ref.candidate_blocks_ref(scores, n_t, k, 0, 3), what=f"fill={fill}")
+        # Fresh poison per fill: several fills select the same ids, so a stale output would pass.
+        out = poisoned((n_q, k), torch.int32, device)
+        assert api.select_candidate_blocks(scores, n_t, k, num_local=3, out=out) is out
+        assert_bitwise_equal(out, ref.candidate_blocks_ref(scores, n_t, k, 0, 3), what=f"fill={fill}")
 
 
 @pytest.mark.device

@@ -27,7 +27,10 @@ confidence 0 and stop the proposal) are in kernels/dflash/ref.py.
 CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
 CUDA-graph capturable; N, B and V are dynamic). CPU tensors are served by the PyTorch reference.
 Invalid arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
-or N == 0 launches no kernel: torch computes the outputs as the reference defines them.
+or N == 0 builds and launches no TileLang kernel: the PyTorch reference runs on the tensors' device
+(ordinary torch ops, no host sync: for B == 0 every row is padding, so the embedding-row gather, the
+two fp32 dot products and the sigmoid for the confidences and -1 tokens; for N == 0 zero
+proposal_len and expected_len) and its results are copied into the outputs with copy_.
 """
 
 from __future__ import annotations

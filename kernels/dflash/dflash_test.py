@@ -9,7 +9,8 @@ Exactness: the dot products reduce in a backend-defined order, so `confidence` i
 float64 oracle within a bound of the fp32 accumulation error (relative to the sum of |terms|).
 proposal_len, expected_len and tokens are exact functions of the confidences: they are compared bit
 for bit with a Python-loop oracle (float32 rounding emulated one operation at a time) applied to the
-confidences the implementation under test produced.
+confidences the implementation under test produced. Device outputs are also held to the contract,
+`confidence_head_fused_ref` (`assert_matches_ref`).
 """
 
 from __future__ import annotations
@@ -135,6 +136,53 @@ def _ref(args, threshold, max_len=None) -> api.DflashOutput:
     return api.DflashOutput(*ref.confidence_head_fused_ref(**args, threshold=threshold, max_len=max_len))
 
 
+def assert_matches_ref(got, args, threshold, what=""):
+    """got against the contract: confidence within twice the oracle's bound of the reference's (each
+    is within the bound of the exact value); proposal_len and tokens equal to the reference's,
+    expected_len within that margin propagated through its products and sums, for every request
+    none of whose positions has a reference confidence within the margin of the threshold (there
+    rounding may decide the comparison either way)."""
+    exp = _ref(args, threshold)
+    _, exact_bound = oracle_confidence(args)
+    bound = 2 * exact_bound
+    exp_c = exp.confidence.cpu().double()
+    err = (got.confidence.cpu().double() - exp_c).abs()
+    bad = ~(err <= bound)
+    assert not bool(bad.any()), f"confidence vs reference {what}: {int(bad.sum())} rows off; worst {float((err - bound).max()):.3g} past the bound"
+    # The contract makes an invalid row's confidence exactly 0: it stops its request in every
+    # backend, whatever the threshold (0 included).
+    near = (exp_c != 0) & ((exp_c - ref.fp32_threshold(threshold)).abs() <= bound)
+    decided = torch.ones_like(near)
+    lo, hi = ref.request_bounds(args["cu_draft_lens"].cpu(), exp_c.shape[0])
+    for b, (l, h) in enumerate(zip(lo.tolist(), hi.tolist())):
+        if bool(near[l:h].any()):
+            decided[l:h] = False
+            continue
+        plen = int(exp.proposal_len[b])
+        assert int(got.proposal_len[b]) == plen, f"proposal_len[{b}] vs reference {what}: {int(got.proposal_len[b])} != {plen}"
+        # |d P_t| <= sum_{s<=t} |d c_s| for confidences in [0, 1]; plus a few fp32 roundings per term.
+        tol = sum((plen - t) * float(bound[l + t]) for t in range(plen)) + plen * plen * 2.0**-21
+        diff = abs(float(got.expected_len[b]) - float(exp.expected_len[b]))
+        assert diff <= tol, f"expected_len[{b}] vs reference {what}: off by {diff:.3g} > {tol:.3g}"
+    assert_bitwise_equal(got.tokens.cpu()[decided], exp.tokens.cpu()[decided], f"tokens vs reference {what}")
+
+
+def poisoned_outputs(args, device) -> api.DflashOutput:
+    n, b = args["hidden"].shape[0], args["cu_draft_lens"].shape[0] - 1
+    return api.DflashOutput(
+        poisoned((n,), torch.float32, device), poisoned((b,), torch.int32, device), poisoned((b,), torch.float32, device), poisoned((n,), args["draft_tokens"].dtype, device)
+    )
+
+
+# Tables outside the canonical form (cu[0] = 0, cu[B] = N) that the clamps of ref.request_bounds define:
+# padding rows before the first request, ends past N, negative entries (empty requests at row 0).
+NONCANONICAL_CU = {
+    "start2-past-end": lambda n: [2, 5, n + 7],
+    "negative": lambda n: [-4, -1, 3, n - 2],
+    "all-past-end": lambda n: [n + 1, n + 5],
+}
+
+
 # ----------------------------------------------------------------------------------------------------
 # Reference suite.
 
@@ -179,6 +227,14 @@ def test_ref_worked_example():
     # Threshold 0 keeps every valid position; the invalid one still stops its request.
     got = _ref(args, 0.0)
     assert got.proposal_len.tolist() == [3, 0, 0] and got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
+    # Clamped tables: rows [2, 4) and [4, 6) (end 9 past N); rows 0 and 1 are padding.
+    got = _ref(dict(args, cu_draft_lens=torch.tensor([2, 4, 9])), 0.5)
+    assert got.proposal_len.tolist() == [1, 2] and got.expected_len.tolist() == [0.5, 0.75]
+    assert got.tokens.tolist() == [-1, -1, 12, -1, 14, 15]
+    # Negative entries clamp to 0: rows [0, 0), [0, 2) and [2, 6).
+    got = _ref(dict(args, cu_draft_lens=torch.tensor([-3, -1, 2, 6])), 0.5)
+    assert got.proposal_len.tolist() == [0, 2, 1] and got.expected_len.tolist() == [0.0, 0.75, 0.5]
+    assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
 
 
 @pytest.mark.ref
@@ -191,8 +247,8 @@ def test_ref_nan_and_saturation():
     args["w_e"] = torch.zeros(8)
     args["bias"] = torch.tensor([200.0])
     got = _ref(args, 1.0)
-    assert got.confidence[1] == 0 and got.confidence[4:7].tolist() == [1.0] * 3
-    assert got.proposal_len.tolist() == [int(got.confidence[0] == 1), 3] and got.expected_len[1] == 3.0
+    assert got.confidence[1] == 0 and got.confidence[0] == 1.0 and got.confidence[4:7].tolist() == [1.0] * 3
+    assert got.proposal_len.tolist() == [1, 3] and got.expected_len.tolist() == [1.0, 3.0]
     args["bias"] = torch.tensor([-200.0])
     got = _ref(args, 0.0)
     assert got.confidence[4:7].tolist() == [0.0] * 3 and got.proposal_len[1] == 0
@@ -203,15 +259,24 @@ def test_ref_nan_and_saturation():
 def test_cpu_interface_writes_every_output(threshold):
     lens = random_lens(9) + [16, 0, 1]
     args = make_batch(lens, 48, 24, extra_cols=5, pad_rows=3)
-    n, b = args["hidden"].shape[0], len(lens)
-    outs = api.DflashOutput(
-        poisoned((n,), torch.float32, "cpu"), poisoned((b,), torch.int32, "cpu"), poisoned((b,), torch.float32, "cpu"), poisoned((n,), torch.int64, "cpu")
-    )
+    outs = poisoned_outputs(args, "cpu")
     got = api.confidence_head(**args, threshold=threshold, out=outs)
     assert isinstance(got, api.DflashOutput) and all(g is o for g, o in zip(got, outs))
     assert_confidence_close(got.confidence, args)
     assert_derived_exact(got, got.confidence, args, threshold)
     assert got.tokens[-3:].tolist() == [-1] * 3  # padding rows
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("cu", NONCANONICAL_CU.values(), ids=NONCANONICAL_CU.keys())
+def test_cpu_interface_noncanonical_cu(cu):
+    args = make_batch([40], 48, 24, extra_cols=5)
+    args["cu_draft_lens"] = torch.tensor(cu(40), dtype=torch.int32)
+    outs = poisoned_outputs(args, "cpu")
+    got = api.confidence_head(**args, threshold=0.3, out=outs)
+    assert all(g is o for g, o in zip(got, outs))
+    assert_confidence_close(got.confidence, args)
+    assert_derived_exact(got, got.confidence, args, 0.3)
 
 
 @pytest.mark.ref
@@ -374,8 +439,7 @@ def test_device_matches_ref(device, threshold, prev_dtype, draft_dtype, cu_dtype
     n_req, max_len, H, He, extra_cols, pad_rows = case
     lens = random_lens(n_req, max_len)
     args = make_batch(lens, H, He, prev_dtype=prev_dtype, draft_dtype=draft_dtype, cu_dtype=cu_dtype, extra_cols=extra_cols, pad_rows=pad_rows, bad_tokens=3, vocab=1000, device=device)
-    n = args["hidden"].shape[0]
-    outs = api.DflashOutput(poisoned((n,), torch.float32, device), poisoned((n_req,), torch.int32, device), poisoned((n_req,), torch.float32, device), poisoned((n,), draft_dtype, device))
+    outs = poisoned_outputs(args, device)
     got = api.confidence_head(**args, threshold=threshold, out=outs)
     assert all(g is o for g, o in zip(got, outs))
     assert_confidence_close(got.confidence, args)
@@ -384,6 +448,7 @@ def test_device_matches_ref(device, threshold, prev_dtype, draft_dtype, cu_dtype
     for name, g, e in zip(api.OUTPUTS[1:], got[1:], derived):
         assert_bitwise_equal(g, e, what=name)
     assert_derived_exact(got, got.confidence, args, threshold)
+    assert_matches_ref(got, args, threshold)
 
 
 @pytest.mark.device
@@ -394,20 +459,41 @@ def test_device_misaligned_rows_and_nan(device):
     args["hidden"][3, 5] = float("nan")
     emb = torch.randn(VOCAB * 320 + 1, device=device).to(torch.bfloat16)
     args["embedding"] = emb[1:].view(VOCAB, 320)
-    got = api.confidence_head(**args, threshold=0.25)
+    got = api.confidence_head(**args, threshold=0.25, out=poisoned_outputs(args, device))
     assert_confidence_close(got.confidence, args)
     assert got.confidence[3] == 0
     assert_derived_exact(got, got.confidence, args, 0.25)
+    assert_matches_ref(got, args, 0.25)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("cu_dtype", IDX, ids=str)
+@pytest.mark.parametrize("cu", NONCANONICAL_CU.values(), ids=NONCANONICAL_CU.keys())
+def test_device_noncanonical_cu(device, cu_dtype, cu):
+    # Outputs are the heads of longer poisoned buffers: a write to a row >= N shows in their tails.
+    n = 300
+    args = make_batch([n], 576, 320, cu_dtype=cu_dtype, bad_tokens=3, vocab=1000, device=device)
+    args["cu_draft_lens"] = torch.tensor(cu(n), dtype=cu_dtype, device=device)
+    confidence, tokens = poisoned((n + 8,), torch.float32, device), poisoned((n + 8,), torch.int64, device)
+    outs = poisoned_outputs(args, device)._replace(confidence=confidence[:n], tokens=tokens[:n])
+    got = api.confidence_head(**args, threshold=0.5, out=outs)
+    assert all(g is o for g, o in zip(got, outs))
+    assert_confidence_close(got.confidence, args)
+    assert_derived_exact(got, got.confidence, args, 0.5)
+    assert_matches_ref(got, args, 0.5)
+    for name, buf in (("confidence", confidence), ("tokens", tokens)):
+        assert_bitwise_equal(buf[n:], poisoned((8,), buf.dtype, device), f"{name} past row N")
 
 
 @pytest.mark.device
 def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     args = make_batch([], 64, 32, pad_rows=5, device=device)
-    got = api.confidence_head(**args, threshold=0.5)
+    got = api.confidence_head(**args, threshold=0.5, out=poisoned_outputs(args, device))
     assert_confidence_close(got.confidence, args)
+    assert_matches_ref(got, args, 0.5)
     assert got.tokens.tolist() == [-1] * 5 and got.proposal_len.shape == (0,)
     args = make_batch([0, 0], 64, 32, device=device)
-    got = api.confidence_head(**args, threshold=0.5)
+    got = api.confidence_head(**args, threshold=0.5, out=poisoned_outputs(args, device))
     assert got.proposal_len.tolist() == [0, 0] and got.expected_len.tolist() == [0.0, 0.0]
 
 
@@ -418,7 +504,7 @@ def test_device_cuda_graph_replay(device, backend):
         pytest.skip("CUDA graphs are a CUDA feature")
     n_req, n, H, He = 32, 256, 4096, 4096
     args = make_batch([8] * n_req, H, He, vocab=1000, device=device)
-    outs = api.DflashOutput(poisoned((n,), torch.float32, device), poisoned((n_req,), torch.int32, device), poisoned((n_req,), torch.float32, device), poisoned((n,), torch.int64, device))
+    outs = poisoned_outputs(args, device)
 
     def call():
         api.confidence_head(**args, threshold=0.5, out=outs)
@@ -440,3 +526,4 @@ def test_device_cuda_graph_replay(device, backend):
         graph.replay()
         assert_confidence_close(outs.confidence, args)
         assert_derived_exact(outs, outs.confidence, args, 0.5, "graph")
+        assert_matches_ref(outs, args, 0.5, "graph")

@@ -23,9 +23,12 @@ def random_rows(n: int, d: int, dtype: torch.dtype, device="cpu", row_stride: in
     if dtype.is_floating_point and dtype.itemsize > 1:
         base = torch.randn((n, width), device=device).to(dtype)
     else:
-        # Every bit pattern, fp8 NaNs included: gather must move bits, not values.
+        # Every bit pattern, fp8 NaNs included (gather must move bits, not values), except the
+        # poison: a copied element equal to it would hide an unwritten one.
         base = torch.randint(-(2**31), 2**31 - 1, (n, width), dtype=torch.int32, device=device)
         base = base.view(torch.uint8)[:, : width * dtype.itemsize].view(dtype) if dtype.itemsize < 4 else base.view(dtype)
+        bits = as_bits(base)
+        bits.masked_fill_(bits == as_bits(poisoned((), dtype, device)), 0)
     return base[:, col_offset : col_offset + d]
 
 
@@ -77,14 +80,18 @@ def test_cpu_interface_writes_every_row_of_out(dtype):
 
 
 @pytest.mark.ref
-def test_empty_batch_calls_nothing(monkeypatch):
+@pytest.mark.parametrize("m,d", [(0, 8), (9, 0)])
+def test_empty_input_calls_nothing(monkeypatch, m, d):
     def fail(*_):
-        raise AssertionError("m == 0 must not reach the reference or a kernel")
+        raise AssertionError("m == 0 or D == 0 must not reach the reference or a kernel")
 
     monkeypatch.setattr(ref, "gather_ref", fail)
-    x = random_rows(4, 8, torch.float32)
-    y = api.gather(x, torch.empty(0, dtype=torch.int32))
-    assert y.shape == (0, 8) and y.dtype == torch.float32
+    x = random_rows(4, 8, torch.float32)[:, :d]
+    index = random_index(m, 4, torch.int32)
+    y = api.gather(x, index)
+    assert y.shape == (m, d) and y.dtype == torch.float32
+    out = poisoned((m, d), torch.float32, "cpu")
+    assert api.gather(x, index, out=out) is out
 
 
 def _bad_inputs():
@@ -260,7 +267,7 @@ def test_device_64bit_offsets(device):
     # x holds more than 2^31 elements: rows near the end sit past any 32-bit offset.
     d = 16384
     n = (2**31) // d + 64
-    x = torch.randint(0, 256, (n, d), dtype=torch.uint8, device=device)
+    x = torch.randint(0, 255, (n, d), dtype=torch.uint8, device=device)  # 255 is the poison
     index = torch.cat([torch.arange(n - 40, n + 3, device=device), torch.randint(0, n, (100,), device=device)])
     out = poisoned((index.shape[0], d), torch.uint8, device)
     api.gather(x, index, out=out)
@@ -268,9 +275,13 @@ def test_device_64bit_offsets(device):
 
 
 @pytest.mark.device
-def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
-    y = api.gather(random_rows(10, 64, torch.bfloat16, device=device), torch.empty(0, dtype=torch.int64, device=device))
-    assert y.shape == (0, 64)
+@pytest.mark.parametrize("m,d", [(0, 64), (33, 0)])
+def test_device_empty_batch_launches_nothing(device, no_kernel_launches, m, d):
+    x = random_rows(10, 64, torch.bfloat16, device=device)[:, :d]
+    index = random_index(m, 10, torch.int64, device=device)
+    assert api.gather(x, index).shape == (m, d)
+    out = poisoned((m, d), torch.bfloat16, device)
+    assert api.gather(x, index, out=out) is out
 
 
 @pytest.mark.device

@@ -24,9 +24,11 @@ out                caller-owned outputs (contiguous, exact shapes and dtypes): a
 Returns (the exact rules, invalid indices included, are in kernels/get_kv_index/ref.py):
   slot_mapping      (num_tokens,) int64: block_table[b, pos // block_size] * block_size + pos %
                     block_size for a token of request b, -1 for padding and invalid entries.
-  kv_indptr         (B + 1,) int32; kv_indices (capacity,) int32, -1 padded; kv_last_page_len
-                    (B,) int32 in [1, page_size], 0 for an empty request.
-  batch_indices, positions  (num_tokens,) int32 each, -1 for padding.
+  kv_indptr         (B + 1,) int32; kv_indices (capacity,) int32, -1 padded and -1 for a page of
+                    a negative block id or past 2**31 - 1; kv_last_page_len (B,) int32 in
+                    [1, page_size], 0 for an empty request.
+  batch_indices, positions  (num_tokens,) int32 each, -1 for padding and for a token whose position
+                    is negative or past 2**31 - 1 (int64 seq_lens may describe one).
 
 CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
 CUDA-graph capturable). CPU tensors are served by the PyTorch reference. Invalid arguments raise

@@ -42,6 +42,17 @@ def random_block_table(n_req: int, max_blocks: int, device="cpu", holes: float =
     return table.to(device)[:, :max_blocks]
 
 
+def near_int32_limit(table: torch.Tensor, per_block: int) -> torch.Tensor:
+    """Moves the allocated ids of columns 0 and 1, in place (a view stays a view), next to
+    2**31 // per_block, where id * per_block + offset crosses 2**31; every third row's column 1
+    becomes 2**31 - 1, whose product needs 37 bits."""
+    head = table[:, :2]
+    big = 2**31 // per_block + torch.randint(-2, 2, head.shape)
+    big[::3, 1:] = 2**31 - 1
+    head.copy_(torch.where(head >= 0, big.to(head), head))
+    return table
+
+
 def indptr_of(counts: torch.Tensor, dtype: torch.dtype, start: int = 0) -> torch.Tensor:
     return torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts.cpu().to(torch.int64), 0)]).add(start).to(dtype)
 
@@ -106,6 +117,18 @@ def oracle_append(indptr, seq_lens, n):
     return batch, pos
 
 
+def pages_past_int32(table, seq_lens, block_size, page_size) -> list[int]:
+    """The kv_indices entries (default capacity) whose block is allocated but whose page id * r +
+    p % r passes 2**31 - 1: the contract makes them -1."""
+    r = block_size // page_size
+    past, start = [], 0
+    for row, length in zip(table.tolist(), seq_lens.tolist()):
+        pages = -(-min(max(length, 0), len(row) * block_size) // page_size)
+        past += [start + p for p in range(pages) if row[p // r] >= 0 and row[p // r] * r + p % r >= 2**31]
+        start += pages
+    return past
+
+
 def as_list_equal(t: torch.Tensor, expected: list, dtype: torch.dtype, what: str):
     assert_bitwise_equal(t.cpu(), torch.tensor(expected, dtype=dtype).reshape(-1), what=what)
 
@@ -157,14 +180,32 @@ def test_ref_paged_matches_oracle(len_dtype, n_req, block_size, page_size, max_b
 @pytest.mark.ref
 def test_ref_paged_edge_lengths():
     table = torch.tensor([[3, 9], [4, -1], [6, 1], [2, 8]], dtype=torch.int32)
-    lens = torch.tensor([0, 17, -5, 1000])  # empty; into a hole; negative; past the table (clamped to 128)
+    lens = torch.tensor([0, 81, -5, 1000])  # empty; 3 pages, the last in a hole; negative; past the table (clamped to 128)
     indptr, indices, last = ref.paged_kv_indices_ref(table, lens, 64, 32)
-    assert indptr.tolist() == [0, 0, 1, 1, 5] and last.tolist() == [0, 17, 0, 32]
-    assert indices.tolist()[:5] == [8, 4, 5, 16, 17] and set(indices.tolist()[5:]) == {-1}
+    assert indptr.tolist() == [0, 0, 3, 3, 7] and last.tolist() == [0, 17, 0, 32]
+    assert indices.tolist()[:7] == [8, 9, -1, 4, 5, 16, 17] and set(indices.tolist()[7:]) == {-1}
     lens2 = torch.tensor([64, 65, 63, 1])  # on, one past, one before a block boundary; one token
     indptr, indices, last = ref.paged_kv_indices_ref(table, lens2, 64, 64)
     assert indptr.tolist() == [0, 1, 3, 4, 5] and last.tolist() == [64, 1, 63, 1]
     assert indices.tolist()[:5] == [3, 4, -1, 6, 2]
+
+
+@pytest.mark.ref
+def test_ref_ids_past_int32():
+    # Slots are int64: block 2**25 at block_size 64 starts at 2**31, block 2**31 - 1 needs 37 bits.
+    table = torch.tensor([[2**25 - 1, 2**25, 2**31 - 1]], dtype=torch.int32)
+    slots = ref.slot_mapping_ref(torch.tensor([0, 3]), torch.tensor([63, 64, 130]), table, 64)
+    assert slots.tolist() == [2**31 - 1, 2**31, (2**31 - 1) * 64 + 2]
+    # Pages are int32: r = 4 puts block 2**29 - 1 on pages 2**31 - 4 .. 2**31 - 1 and block 2**29
+    # past int32; r = 3 crosses inside block 715827882 (pages 2**31 - 2, 2**31 - 1, 2**31).
+    _, indices, _ = ref.paged_kv_indices_ref(torch.tensor([[2**29 - 1, 2**29]], dtype=torch.int32), torch.tensor([128]), 64, 16)
+    assert indices.tolist() == [2**31 - 4, 2**31 - 3, 2**31 - 2, 2**31 - 1, -1, -1, -1, -1]
+    _, indices, _ = ref.paged_kv_indices_ref(torch.tensor([[715827882]], dtype=torch.int32), torch.tensor([48]), 48, 16)
+    assert indices.tolist() == [2**31 - 2, 2**31 - 1, -1]
+    # int64 seq_lens: request 0's positions are 2**31 - 2, 2**31 - 1, 2**31; request 1's are 2**32
+    # and 2**32 + 1, which an int32 truncation would turn into the valid 0 and 1.
+    batch, pos = ref.batch_indices_positions_ref(torch.tensor([0, 3, 5]), torch.tensor([2**31 + 1, 2**32 + 2]), 5)
+    assert batch.tolist() == [0, 0, -1, -1, -1] and pos.tolist() == [2**31 - 2, 2**31 - 1, -1, -1, -1]
 
 
 @pytest.mark.ref
@@ -436,7 +477,8 @@ def test_device_paged_kv_indices(device, len_dtype, page_size, n_req, max_blocks
 def test_device_paged_odd_sizes(device, block_size, page_size):
     table = random_block_table(100, 7).to(device)
     lens = random_lengths(100, page_size, 7 * block_size).to(device)
-    got = api.get_paged_kv_indices(table, lens, block_size=block_size, page_size=page_size)
+    outs = (poisoned((101,), torch.int32, device), poisoned((700 * (block_size // page_size),), torch.int32, device), poisoned((100,), torch.int32, device))
+    got = api.get_paged_kv_indices(table, lens, block_size=block_size, page_size=page_size, out=outs)
     for name, g, e in zip(api.PAGED_OUTPUTS, got, ref.paged_kv_indices_ref(table, lens, block_size, page_size)):
         assert_bitwise_equal(g, e, what=name)
 
@@ -457,6 +499,72 @@ def test_device_batch_indices_positions(device, idx_dtype, len_dtype, n_req, q_m
         got = api.get_batch_indices_positions(indptr, lens, n, out=outs)
         for name, g, e in zip(api.APPEND_OUTPUTS, got, ref.batch_indices_positions_ref(indptr, lens, n)):
             assert_bitwise_equal(g, e, what=f"{name} n={n}")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("config", [c for c in ref.slot_mapping_shipped_configs() if c[0] > 1], ids=lambda c: "-".join(map(str, c)))
+def test_device_slot_mapping_past_int32(device, config):
+    # Slots past 2**31 are legal int64 slots: an int32 product would wrap them.
+    block_size, idx_name, pos_name = config
+    qsl, pos, table, n = step_batch(64, block_size, 3, 2 * block_size, getattr(torch, idx_name), getattr(torch, pos_name), extra=37)
+    near_int32_limit(table, block_size)
+    expected = oracle_slots(qsl, pos, table, block_size, n)
+    assert max(expected) > 2**32, "the batch must reach slots past 32 bits"
+    qsl, pos, table = qsl.to(device), pos.to(device), table.to(device)
+    out = poisoned((n,), torch.int64, device)
+    api.get_slot_mapping(qsl, pos, table, block_size=block_size, out=out)
+    as_list_equal(out, expected, torch.int64, "slots past int32")
+    assert_bitwise_equal(out, ref.slot_mapping_ref(qsl, pos, table, block_size, n), what="slots past int32")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("config", [c for c in ref.paged_kv_indices_shipped_configs() if c[0] > c[1]], ids=lambda c: "-".join(map(str, c)))
+def test_device_paged_pages_past_int32(device, config):
+    # r = 4 crosses 2**31 between blocks, r = 3 inside one.
+    block_size, page_size, len_name = config
+    n_req, max_blocks = 300, 3
+    table = near_int32_limit(random_block_table(n_req, max_blocks), block_size // page_size)
+    lens = random_lengths(n_req, page_size, max_blocks * block_size).to(getattr(torch, len_name))
+    past = pages_past_int32(table, lens, block_size, page_size)
+    assert past, "the batch must reach pages past int32"
+    expected = oracle_paged(table, lens, block_size, page_size)
+    table, lens = table.to(device), lens.to(device)
+    full = n_req * max_blocks * (block_size // page_size)
+    outs = (poisoned((n_req + 1,), torch.int32, device), poisoned((full,), torch.int32, device), poisoned((n_req,), torch.int32, device))
+    got = api.get_paged_kv_indices(table, lens, block_size=block_size, page_size=page_size, out=outs)
+    assert got[1].cpu()[past].eq(-1).all(), "a page past int32 must be -1"
+    for name, g, e, r in zip(api.PAGED_OUTPUTS, got, expected, ref.paged_kv_indices_ref(table, lens, block_size, page_size)):
+        as_list_equal(g, e, torch.int32, f"{name} past int32")
+        assert_bitwise_equal(g, r, what=f"{name} past int32")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("idx_dtype,len_dtype", [(getattr(torch, a), getattr(torch, b)) for a, b in ref.batch_indices_positions_shipped_configs()], ids=str)
+def test_device_batch_positions_past_int32(device, idx_dtype, len_dtype):
+    n_req = 300
+    q = torch.randint(0, 6, (n_req,))
+    if len_dtype == torch.int64:
+        # Around 2**31 the last positions of a request pass int32; around 2**32 all do, and an
+        # int32 truncation would make them small and valid.
+        lens = torch.where(torch.rand(n_req) < 0.5, 2**31, 2**32) + torch.randint(-3, 4, (n_req,))
+    else:
+        # The largest int32 lengths: every position fits.
+        lens = 2**31 - 1 - torch.randint(0, 4, (n_req,))
+    indptr = indptr_of(q, idx_dtype)
+    n = int(q.sum()) + 9
+    # Token j of request b is at lens[b] - q[b] + j: -1 from 2**31 on, by the contract.
+    starts, ends = indptr.tolist()[:-1], indptr.tolist()[1:]
+    past = [t for b, length in enumerate(lens.tolist()) for t in range(starts[b], ends[b]) if length - ends[b] + t >= 2**31]
+    assert bool(past) == (len_dtype == torch.int64), "int32 lengths end at 2**31 - 2; int64 ones must pass it"
+    expected = oracle_append(indptr, lens, n)
+    assert max(expected[1]) > 2**31 - 10
+    indptr, lens = indptr.to(device), lens.to(len_dtype).to(device)
+    outs = (poisoned((n,), torch.int32, device), poisoned((n,), torch.int32, device))
+    got = api.get_batch_indices_positions(indptr, lens, n, out=outs)
+    for name, g, e, r in zip(api.APPEND_OUTPUTS, got, expected, ref.batch_indices_positions_ref(indptr, lens, n)):
+        assert g.cpu()[past].eq(-1).all(), f"{name}: a position past int32 must be -1"
+        as_list_equal(g, e, torch.int32, f"{name} past int32")
+        assert_bitwise_equal(g, r, what=f"{name} past int32")
 
 
 @pytest.mark.device

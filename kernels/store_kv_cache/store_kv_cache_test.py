@@ -55,14 +55,19 @@ def special_rows(device="cpu") -> torch.Tensor:
 
 
 def slot_mapping(t: int, num_slots: int, index_dtype=torch.int64, device="cpu", padding=0.1, beyond=0) -> torch.Tensor:
-    """t distinct random slots in [0, num_slots), about `padding` of them -1 and `beyond` of them
-    replaced by slots >= num_slots (never written)."""
+    """t distinct random slots in [0, num_slots), about `padding` of them negative and `beyond` of
+    them replaced by slots >= num_slots (never written)."""
     assert t <= num_slots
+    info = torch.iinfo(index_dtype)
     slots = torch.randperm(num_slots)[:t]
-    slots[torch.rand(t) < padding] = -1
+    pad = torch.rand(t) < padding
+    # Any negative slot is padding, not just -1: the kernels must test the sign.
+    slots[pad] = torch.tensor([-1, -2, info.min])[torch.randint(0, 3, (int(pad.sum()),))]
     if beyond:
         where = torch.randperm(t)[:beyond]
-        slots[where] = num_slots + torch.randint(0, 3 * num_slots + 1, (beyond,))
+        far = num_slots + torch.randint(0, 3 * num_slots + 1, (beyond,))
+        far[0] = info.max  # a bound test written as slot + 1 <= num_slots wraps here
+        slots[where] = far
     return slots.to(index_dtype).to(device)
 
 
@@ -241,17 +246,18 @@ def test_ref_plain_rows_any_width(dtype, d):
 
 
 @pytest.mark.ref
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("with_v", [False, True])
 @pytest.mark.parametrize("layout_name", ["NHD", "HND"])
 @pytest.mark.parametrize("t", [0, 1, 13])
-def test_ref_heads_match_oracle(layout_name, with_v, t):
+def test_ref_heads_match_oracle(layout_name, with_v, t, index_dtype):
     h, dh, num_blocks, block_size = 3, 8, 4, 5
     qkv = torch.randn(t, 3 * h * dh).to(torch.float16)
     k, v = qkv[:, h * dh : 2 * h * dh].view(t, h, dh), qkv[:, 2 * h * dh :].view(t, h, dh)
     shape = (num_blocks, block_size, h, dh) if layout_name == "NHD" else (num_blocks, h, block_size, dh)
     pool = poisoned((shape[0], 2, *shape[1:]), torch.float16, "cpu")  # K and V interleaved per block
     k_cache, v_cache = pool[:, 0], pool[:, 1]
-    slots = slot_mapping(t, num_blocks * block_size, beyond=min(t, 1))
+    slots = slot_mapping(t, num_blocks * block_size, index_dtype, beyond=min(t, 1))
     kwargs = dict(v=v, v_cache=v_cache) if with_v else {}
     expected = oracle_store(k, k_cache, slots, layout_name=layout_name, **kwargs)
     counter = torch.zeros(1, dtype=torch.int32)
@@ -508,15 +514,18 @@ def test_device_mla(device, kind, t, index_dtype, counted):
     num_blocks = -(-2 * t // block_size) + 1
     kv = random_rows(t, layout.WIDTH, device=device)
     cache = poisoned_cache(cache_shape(kind, num_blocks, block_size), CACHE_DTYPE[kind], device)
-    slots = slot_mapping(t, num_blocks * block_size, index_dtype, device, beyond=min(t, 3) if counted else 0)
+    # Slots past the cache reach the uncounted kernels too: they report nothing but must still skip.
+    # At most half the tokens, so a single token is still stored.
+    slots = slot_mapping(t, num_blocks * block_size, index_dtype, device, beyond=min(t // 2, 3))
     _check(device, kv, cache, slots, f"{kind} T={t}", counted=counted)
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("counted", [False, True])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("row_stride,col_offset", [(576, 0), (640, 0), (577, 1), (1152, 8)])
 @pytest.mark.parametrize("block_size", [1, 16, 64])
-def test_device_mla_strided_rows_and_blocks(device, kind, row_stride, col_offset, block_size):
+def test_device_mla_strided_rows_and_blocks(device, kind, row_stride, col_offset, block_size, counted):
     # Strided and misaligned rows narrow the loads; a cache that is one layer of a two-layer pool
     # (block stride twice the block) and a special-row batch exercise the rest.
     t = 333
@@ -524,8 +533,8 @@ def test_device_mla_strided_rows_and_blocks(device, kind, row_stride, col_offset
     kv[: special_rows().shape[0]] = special_rows(device)
     num_blocks = -(-t // block_size) + 2
     pool = poisoned_cache((num_blocks, 2, *cache_shape(kind, 1, block_size)[1:]), CACHE_DTYPE[kind], device)
-    slots = slot_mapping(t, num_blocks * block_size, torch.int64, device, padding=0.3)
-    _check(device, kv, pool[:, 1], slots, f"{kind} stride {row_stride}+{col_offset} bs {block_size}", counted=True)
+    slots = slot_mapping(t, num_blocks * block_size, torch.int64, device, padding=0.3, beyond=3)
+    _check(device, kv, pool[:, 1], slots, f"{kind} stride {row_stride}+{col_offset} bs {block_size}", counted=counted)
     assert_cache_equal(pool[:, 0], poisoned_cache(pool[:, 0].shape, CACHE_DTYPE[kind], device), "the other layer")
 
 
@@ -536,16 +545,17 @@ def test_device_plain_rows_any_width(device, d, dtype):
     t = 77
     kv = random_rows(t, d, dtype, device, row_stride=d + 3, col_offset=1)
     cache = poisoned((40, 4, d), dtype, device)
-    _check(device, kv, cache, slot_mapping(t, 160, torch.int32, device), f"plain D={d}")
+    _check(device, kv, cache, slot_mapping(t, 160, torch.int32, device, beyond=3), f"plain D={d}")
 
 
 @pytest.mark.device
 @pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
 @pytest.mark.parametrize("with_v", [False, True])
 @pytest.mark.parametrize("layout_name", ["NHD", "HND"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("t,h,dh,block_size", [(1, 8, 128, 16), (33, 8, 128, 64), (4096, 8, 128, 16), (257, 128, 128, 64), (65, 3, 6, 5), (9, 1, 64, 1)])
-def test_device_heads(device, dtype, layout_name, with_v, counted, t, h, dh, block_size):
+def test_device_heads(device, dtype, layout_name, with_v, index_dtype, counted, t, h, dh, block_size):
     # k and v are views of a fused QKV projection (token stride 3 * H * Dh); the caches interleave
     # K and V per block in one pool, as paged-attention engines allocate them.
     qkv = torch.randn(t, 3 * h * dh, device=device).to(dtype)
@@ -553,7 +563,7 @@ def test_device_heads(device, dtype, layout_name, with_v, counted, t, h, dh, blo
     num_blocks = -(-2 * t // block_size) + 1
     inner = (block_size, h, dh) if layout_name == "NHD" else (h, block_size, dh)
     pool = poisoned((num_blocks, 2, *inner), dtype, device)
-    slots = slot_mapping(t, num_blocks * block_size, torch.int64, device, beyond=min(t, 2) if counted else 0)
+    slots = slot_mapping(t, num_blocks * block_size, index_dtype, device, beyond=min(t // 2, 2))
     kwargs = dict(v=v, v_cache=pool[:, 1]) if with_v else {}
     _check(device, k, pool[:, 0], slots, f"heads {layout_name} T={t} H={h} Dh={dh}", layout_name=layout_name, counted=counted, **kwargs)
     if not with_v:
@@ -561,15 +571,17 @@ def test_device_heads(device, dtype, layout_name, with_v, counted, t, h, dh, blo
 
 
 @pytest.mark.device
-def test_device_64bit_offsets(device):
-    # Slots whose byte (FP4: slot * 400) and element (bf16: slot * 576) offsets pass 2**31.
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
+def test_device_64bit_offsets(device, index_dtype):
+    # Slots whose byte (FP4: slot * 400) and element (bf16: slot * 576) offsets pass 2**31; int32
+    # slots fit, but their product with the row size overflows unless widened first.
     t, block_size = 64, 64
     for kind in ("fp4", "bf16"):
         per_slot = 400 if kind == "fp4" else 576
         num_blocks = (2**31 // per_slot) // block_size + 8
         cache = torch.empty(cache_shape(kind, num_blocks, block_size), dtype=CACHE_DTYPE[kind], device=device)
         num_slots = num_blocks * block_size
-        slots = torch.arange(num_slots - t, num_slots, device=device).flip(0)
+        slots = torch.arange(num_slots - t, num_slots, dtype=index_dtype, device=device).flip(0)
         slots[::7] = -1
         tail = cache[num_blocks - 2 :]
         view = tail.view(torch.uint8) if kind == "fp4" else tail
@@ -594,8 +606,9 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("counted", [False, True])
 @pytest.mark.parametrize("kind", KINDS)
-def test_device_cuda_graph_replay(device, backend, kind):
+def test_device_cuda_graph_replay(device, backend, kind, counted):
     # A decode step's store is captured once and replayed with new rows and slots (device tensors).
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
@@ -603,7 +616,7 @@ def test_device_cuda_graph_replay(device, backend, kind):
     kv = random_rows(t, layout.WIDTH, device=device)
     slots = slot_mapping(t, num_blocks * block_size, torch.int64, device)
     cache = poisoned_cache(cache_shape(kind, num_blocks, block_size), CACHE_DTYPE[kind], device)
-    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    counter = torch.zeros(1, dtype=torch.int32, device=device) if counted else None
     api.store_kv_cache(kv, cache, slots, out_of_range=counter)  # compile and load outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -613,9 +626,12 @@ def test_device_cuda_graph_replay(device, backend, kind):
         slots.copy_(slot_mapping(t, num_blocks * block_size, torch.int64, device, beyond=2))
         fresh = poisoned_cache(cache.shape, cache.dtype, device)
         cache.view(torch.uint8).copy_(fresh.view(torch.uint8))
-        counter.zero_()
-        expected_counter = torch.zeros_like(counter)
+        if counted:
+            counter.zero_()
+        expected_counter = torch.zeros(1, dtype=torch.int32, device=device)
         ref.store_kv_cache_ref(kv, fresh, slots, out_of_range=expected_counter)
         graph.replay()
         assert_cache_equal(cache, fresh, f"graph {kind}")
-        assert counter.item() == expected_counter.item() == 2
+        assert expected_counter.item() == 2
+        if counted:
+            assert counter.item() == 2

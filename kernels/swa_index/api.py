@@ -20,7 +20,9 @@ out              caller-owned outputs (contiguous, exact shapes and dtypes), a 5
 Returns (the exact rules, invalid indices included, are in kernels/swa_index/ref.py):
   slots         (T, W) int32: column j < valid_len[i] is the slot of position
                 pos - valid_len[i] + 1 + j (ascending; the last one is the token's own); the rest,
-                and entries whose block is unallocated or past the table, are the pad value.
+                and entries whose block is unallocated or past the table or whose slot exceeds
+                2**31 - 1, are the pad value ("repeat": the token's own slot when it is legal,
+                else 0).
   valid_len     (T,) int32: min(pos + 1, W); 0 for padding tokens and negative positions.
   first_block   (B,) int32: min(max(0, L - W) // block_size, max_blocks), L = max(seq_lens, 0):
                 block-table columns before it may be freed after this step.

@@ -34,6 +34,17 @@ def random_block_table(n_req: int, max_blocks: int, holes: float = 0.05, wider: 
     return table[:, :max_blocks]
 
 
+def near_int32_limit(table: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Moves the allocated ids of columns 0 and 1, in place (a view stays a view), next to
+    2**31 // block_size, where id * block_size + offset crosses 2**31; every third row's column 1
+    becomes 2**31 - 1."""
+    head = table[:, :2]
+    big = 2**31 // block_size + torch.randint(-2, 2, head.shape)
+    big[::3, 1:] = 2**31 - 1
+    head.copy_(torch.where(head >= 0, big.to(head), head))
+    return table
+
+
 def step_batch(n_req, block_size, max_blocks, q_max, idx_dtype, pos_dtype, len_dtype, extra=3):
     """(query_start_loc, positions, block_table, seq_lens): request b has L_b tokens after the step,
     its q_b <= q_max query tokens the last ones; `extra` padding tokens of garbage positions."""
@@ -85,6 +96,29 @@ def oracle(qsl, positions, table, seq_lens, window, block_size, pad):
         starts.append(start)
         ends.append(length)
     return slots, valid_len, first_block, starts, ends
+
+
+def slots_past_int32(qsl, positions, table, window, block_size, pad) -> list[tuple[int, int, int]]:
+    """(token, column, pad) of every window entry whose block is allocated but whose slot passes
+    2**31 - 1, with the pad the contract puts there: -1, or (repeat) the token's own slot when it
+    is legal, else 0."""
+    qsl, positions, table = qsl.tolist(), positions.tolist(), table.tolist()
+
+    def slot(b, p):
+        blk = table[b][p // block_size] if p // block_size < len(table[b]) else -1
+        return blk * block_size + p % block_size if blk >= 0 else None
+
+    past = []
+    for b in range(len(table)):
+        for i in range(max(qsl[b], 0), min(qsl[b + 1], len(positions))):
+            pos = positions[i]
+            if pos < 0:
+                continue
+            own = slot(b, pos)
+            fill = -1 if pad == "minus_one" else (own if own is not None and own < 2**31 else 0)
+            n = min(pos + 1, window)
+            past += [(i, j, fill) for j in range(n) if (slot(b, pos - n + 1 + j) or 0) >= 2**31]
+    return past
 
 
 DTYPES = (torch.int32, torch.int32, torch.int32, torch.int64, torch.int64)
@@ -307,9 +341,34 @@ def test_device_matches_ref(device, pad, idx_dtype, pos_dtype, len_dtype, step):
     lens_bad[::3] = -4
     shuffled = table[torch.randperm(n_req, device=device)] if n_req > 1 else table
     for q, p, t, ln in ((qsl, pos_bad, table, lens_bad), (qsl + 2, pos, shuffled, lens)):
-        got = api.swa_index(q, p, t, ln, window=window, block_size=block_size, pad=pad)
+        outs = tuple(poisoned(s, d, device) for s, d in zip([(n, window), (n,), (n_req,), (n_req,), (n_req,)], DTYPES))
+        got = api.swa_index(q, p, t, ln, window=window, block_size=block_size, pad=pad, out=outs)
         for name, g, e in zip(api.OUTPUTS, got, ref.swa_index_ref(q, p, t, ln, window, block_size, pad)):
             assert_bitwise_equal(g, e, what=f"{name}, invalid entries")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("config", ref.swa_index_shipped_configs(), ids=_config_id)
+def test_device_slots_past_int32(device, config):
+    # Block ids near 2**31 / block_size: at 64 and 16 the limit falls between blocks, at 48 inside
+    # one; the window reaches from the near-limit blocks into ordinary ones.
+    block_size, pad, *names = config
+    idx_dtype, pos_dtype, len_dtype = (getattr(torch, name) for name in names)
+    n_req, max_blocks, window = 64, 4, 2 * block_size + 5
+    qsl, pos, table, lens = step_batch(n_req, block_size, max_blocks, 4, idx_dtype, pos_dtype, len_dtype, extra=37)
+    near_int32_limit(table, block_size)
+    past = slots_past_int32(qsl, pos, table, window, block_size, pad)
+    assert past, "the batch must reach slots past int32"
+    expected = oracle(qsl, pos, table, lens, window, block_size, pad)
+    qsl, pos, table, lens = _on(device, qsl, pos, table, lens)
+    n = pos.shape[0]
+    outs = tuple(poisoned(s, d, device) for s, d in zip([(n, window), (n,), (n_req,), (n_req,), (n_req,)], DTYPES))
+    got = api.swa_index(qsl, pos, table, lens, window=window, block_size=block_size, pad=pad, out=outs)
+    rows, cols, fills = (list(x) for x in zip(*past))
+    assert_bitwise_equal(got[0].cpu()[rows, cols], torch.tensor(fills, dtype=torch.int32), what="pads past int32")
+    assert_matches_oracle(got, expected, "past int32")
+    for name, g, e in zip(api.OUTPUTS, got, ref.swa_index_ref(qsl, pos, table, lens, window, block_size, pad)):
+        assert_bitwise_equal(g, e, what=f"{name} past int32")
 
 
 @pytest.mark.device
