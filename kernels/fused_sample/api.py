@@ -29,8 +29,12 @@ Dispatch:
                          candidate lists could not hold it (many equal logits, top-k above 256 on
                          a large row) flagged in its counter, and a second launch,
                          sampler_flagged_tl (one block a row, the others return at once), samples
-                         those rows with the sampler's passes and zeroes the counters again. On
-                         Ascend, the sampler's kernel under this name.
+                         those rows with the sampler's passes and zeroes the counters again.
+                         Two launches there deviate on purpose from KERNELS.md's "one launch":
+                         without the sampler's passes a block fits three to an SM, which is
+                         faster from 48 rows despite the second launch (kernels/fused_sample/
+                         PERF.md, "Three blocks an SM, from 48 rows"). On Ascend, the sampler's
+                         kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
                          ref.MAX_ROWS rows.
 Every path takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic

@@ -526,7 +526,7 @@ def test_device_logits_matches_ref(device, shape, dtype, layout):
     out = poisoned((B,), I64, device)
     assert api.random_sample_logits(logits, seed, offset, temperature=temperature, out=out) is out
     assert_bitwise_equal(out, ref.random_sample_logits_ref(logits, seed, offset, temperature), what="logits tokens")
-    got = api.random_sample_logits(logits, seed, offset)
+    got = api.random_sample_logits(logits, seed, offset, out=poisoned((B,), I64, device))
     assert_bitwise_equal(got, ref.random_sample_logits_ref(logits, seed, offset), what="logits tokens, t = 1")
 
 
@@ -552,17 +552,23 @@ def test_device_ties_and_batch_invariance(device):
     logits[:, [7, 4000, 129279]] = 50.0
     logits[3, [100, 90000]] = math.inf
     seed, offset = (t.to(device) for t in counters(B))
-    greedy = api.random_sample_logits(logits, seed, offset, temperature=torch.zeros(B, device=device))
+
+    def out(n=B):
+        return poisoned((n,), I64, device)
+
+    greedy = api.random_sample_logits(logits, seed, offset, temperature=torch.zeros(B, device=device), out=out())
     assert greedy.tolist() == [7, 7, 7, 100] + [7] * (B - 4)
     e = ref.exponential_noise(seed, offset, V)
     probs = torch.zeros(B, V, device=device)
     probs[:, [5, 77777, 129000]] = e[:, [5, 77777, 129000]]  # keys exactly 1: a three-way tie
-    assert api.random_sample_probs(probs, seed, offset).tolist() == [5] * B
+    assert api.random_sample_probs(probs, seed, offset, out=out()).tolist() == [5] * B
     temperature = torch.rand(B, device=device) + 0.5
-    tokens = api.random_sample_logits(logits, seed, offset, temperature=temperature)
+    tokens = api.random_sample_logits(logits, seed, offset, temperature=temperature, out=out())
+    # Anchored to the contract: two outputs left with the same poison would compare equal.
+    assert_bitwise_equal(tokens, ref.random_sample_logits_ref(logits, seed, offset, temperature))
     perm = torch.randperm(B, device=device)
-    assert_bitwise_equal(api.random_sample_logits(logits[perm], seed[perm], offset[perm], temperature=temperature[perm]), tokens[perm])
-    assert_bitwise_equal(api.random_sample_logits(logits[2:3], seed[2:3], offset[2:3], temperature=temperature[2:3]), tokens[2:3])
+    assert_bitwise_equal(api.random_sample_logits(logits[perm], seed[perm], offset[perm], temperature=temperature[perm], out=out()), tokens[perm])
+    assert_bitwise_equal(api.random_sample_logits(logits[2:3], seed[2:3], offset[2:3], temperature=temperature[2:3], out=out(1)), tokens[2:3])
 
 
 @pytest.mark.device

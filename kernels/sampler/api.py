@@ -30,7 +30,8 @@ rules are kernels/sampler/ref.py (the contract); the kernel matches it token for
 logprobs within float32 rounding of the normalising sum.
 
 CUDA tensors run one TileLang kernel per call (one block per request, no sort, no host sync:
-CUDA-graph capturable; B, V and the row stride are dynamic, one compile per dtype and load width).
+CUDA-graph capturable; B, V and the row stride are dynamic, one compile per dtype, load width and
+top_k dtype: top_k is read as given, int32 or int64).
 CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
 naming the argument before anything is written. B == 0 launches nothing.
 """

@@ -21,8 +21,8 @@ the race key w / E with the noise macros of kernels/random_sampling/cuda.py; the
 to the lowest id, a total order, so the reduction order cannot change a token. Only the logprob's
 float32 sum has this kernel's own (fixed) order.
 
-B, V and the row stride are dynamic: one compile per (dtype, vec). B >= 1 (the interface launches
-nothing otherwise).
+B, V and the row stride are dynamic: one compile per (dtype, vec, top_k_dtype). B >= 1 (the
+interface launches nothing otherwise).
 
 One block of _THREADS threads per row (grid = B) runs _PHASES passes; a pass that does not apply to
 the row has a trip count of 0, so every barrier is reached by every thread:

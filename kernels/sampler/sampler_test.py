@@ -5,7 +5,7 @@ the device kernel against the reference.
 
 Suites (markers, selected by `--tl-suite`; see testing/plugin.py): ref, codegen_cuda, codegen_ascend,
 device. Inputs are drawn fresh per test from the plugin's per-test seed; outputs are poisoned first
-(int64 minimum tokens, NaN logprobs, True empty flags where the row is not empty) and integer
+(sampler_testlib.poisoned_out: values no correct call leaves, empty rows included) and integer
 outputs compared exactly.
 """
 
@@ -193,6 +193,11 @@ def test_disabled_filters_are_no_ops():
     t = torch.rand(B) + 0.5
     seed, offset = counters(B)
     base = run_ref(logits, t, torch.zeros(B, dtype=I64), torch.ones(B), torch.zeros(B), seed, offset)
+    # The baseline is a disabled setting too: it must itself be the plain race over every id
+    # (argmax returns the first maximal index: ties to the lowest id).
+    s = logits / t[:, None]
+    w = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    assert_bitwise_equal(base[0], (w / noise_ref.exponential_noise(seed, offset, V)).argmax(dim=-1))
     for k in (-1, V, V + 1, 2**40):
         for p in (1.0, 1.5, math.nan, INF):
             for mp in (0.0, -0.5, math.nan, -INF):
@@ -549,7 +554,7 @@ def test_device_matches_ref(device, shape, dtype, layout):
     assert got.tokens is out[0]
     assert_device_matches_ref(got, logits, params)
     k32 = (params[0], params[1].to(torch.int32), *params[2:])
-    assert_device_matches_ref(api.sampler(logits, *k32), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *k32, out=poisoned_out(B, device, logprobs=False)), logits, params)
 
 
 @pytest.mark.device
@@ -562,9 +567,9 @@ def test_device_decode_settings_match_ref(device, dtype):
     seed, offset = (t.to(device) for t in counters(B))
     full = lambda x: torch.full((B,), x, device=device)  # noqa: E731
     params = (full(0.7), full(50).to(I64), full(0.9), full(0.0), seed, offset)
-    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
     params = (full(1.0), torch.randint(1, V, (B,), device=device), torch.rand(B, device=device), torch.rand(B, device=device) * 0.2, seed, offset)
-    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True), logits, params)
+    assert_device_matches_ref(api.sampler(logits, *params, return_logprobs=True, out=poisoned_out(B, device)), logits, params)
 
 
 @pytest.mark.device
@@ -572,11 +577,17 @@ def test_device_batch_invariance(device):
     B, V = 16, 129280
     logits = torch.randn(B, V, device=device) * 3
     params = mixed_params(B, V, device)
-    got = api.sampler(logits, *params)
+
+    def tokens(x, *p):
+        return api.sampler(x, *p, out=poisoned_out(x.shape[0], device, logprobs=False)).tokens
+
+    got = tokens(logits, *params)
+    # Anchored to the contract: two outputs left with the same poison would compare equal.
+    assert_bitwise_equal(got, ref.sampler_ref(logits, *params)[0])
     perm = torch.randperm(B, device=device)
-    assert_bitwise_equal(api.sampler(logits[perm], *(p[perm] for p in params)).tokens, got.tokens[perm])
-    assert_bitwise_equal(api.sampler(logits[2:3], *(p[2:3] for p in params)).tokens, got.tokens[2:3])
-    assert_bitwise_equal(api.sampler(logits, *params).tokens, got.tokens)
+    assert_bitwise_equal(tokens(logits[perm], *(p[perm] for p in params)), got[perm])
+    assert_bitwise_equal(tokens(logits[2:3], *(p[2:3] for p in params)), got[2:3])
+    assert_bitwise_equal(tokens(logits, *params), got)
 
 
 @pytest.mark.device

@@ -35,11 +35,26 @@ def mixed_params(B: int, V: int, device="cpu"):
     return tuple(t.to(device) for t in (temps[pick[0]], ks[pick[1]], ps[pick[2]], mps[pick[3]], seed, offset))
 
 
+def poison(out) -> None:
+    """Fills (tokens, logprobs or None, empty) with values no correct call leaves, on empty rows too
+    (whose expected logprob and flag are NaN and True): int64 minimum tokens (tokens are in
+    [-1, V)), +inf logprobs (logprobs are <= 0 or NaN) and empty flags of byte 0xAA, neither False
+    nor True (assert_bitwise_equal compares the bytes)."""
+    tokens, logprobs, empty = out
+    tokens.fill_(torch.iinfo(I64).min)
+    if logprobs is not None:
+        logprobs.fill_(INF)
+    empty.view(torch.uint8).fill_(0xAA)
+
+
 def poisoned_out(B: int, device, logprobs: bool = True):
-    """(tokens, logprobs or None, empty) outputs holding values no correct call leaves: int64 minimum
-    tokens, NaN logprobs, True empty flags."""
-    empty = torch.ones(B, dtype=torch.bool, device=device)
-    return (poisoned((B,), I64, device), poisoned((B,), torch.float32, device) if logprobs else None, empty)
+    """(tokens, logprobs or None, empty) outputs, poisoned."""
+    def new(dtype):
+        return torch.empty(B, dtype=dtype, device=device)
+
+    out = (new(I64), new(torch.float32) if logprobs else None, new(torch.bool))
+    poison(out)
+    return out
 
 
 def bad_inputs():
@@ -110,7 +125,7 @@ def assert_device_matches_ref(got, logits, params):
     bit, logprobs (when present) within float32 rounding of the normaliser."""
     tokens, logprobs, empty = ref.sampler_ref(logits, *params, return_logprobs=True)
     assert_bitwise_equal(got.tokens, tokens, what="tokens")
-    assert_bitwise_equal(got.empty, empty, what="empty")
+    assert_bitwise_equal(got.empty, empty, what="empty (as bytes)")
     if got.logprobs is not None:
         # The normalising float32 sum is the one value whose order is the backend's.
         assert torch.allclose(got.logprobs, logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs"
@@ -137,8 +152,6 @@ def assert_graph_replays(interface, B: int, device, check) -> None:
         logits.copy_(torch.randn(B, V, device=device) * 3)
         for dst, src in zip(params, mixed_params(B, V, device)):
             dst.copy_(src)
-        out[0].fill_(torch.iinfo(I64).min)
-        out[1].fill_(math.nan)
-        out[2].fill_(True)
+        poison(out)
         graph.replay()
         check(out, logits, params)
