@@ -95,6 +95,17 @@ def assert_rejected_without_writes(fn, kwargs: dict, error: type, message: str, 
         assert torch.equal(bits(t), b), "a rejected call wrote into one of its outputs"
 
 
+def near_int32_limit(table: torch.Tensor, per_block: int) -> torch.Tensor:
+    """Moves the allocated (non-negative) ids of a block table's columns 0 and 1, in place (a view
+    stays a view), next to 2**31 // per_block, where id * per_block + offset crosses 2**31; every
+    third row's column 1 becomes 2**31 - 1, whose product needs 37 bits. Returns table."""
+    head = table[:, :2]
+    big = 2**31 // per_block + torch.randint(-2, 2, head.shape)
+    big[::3, 1:] = 2**31 - 1
+    head.copy_(torch.where(head >= 0, big.to(head), head))
+    return table
+
+
 def chi2_critical(df: int, alpha: float) -> float:
     """x with P(chi2_df > x) = alpha (bisection on the regularised upper incomplete gamma)."""
     lo, hi = 0.0, 1000.0

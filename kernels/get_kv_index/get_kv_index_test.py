@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kernels.get_kv_index import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, near_int32_limit, poisoned
 
 IDX = [torch.int32, torch.int64]
 
@@ -40,17 +40,6 @@ def random_block_table(n_req: int, max_blocks: int, device="cpu", holes: float =
     table = torch.full((n_req, max_blocks + wider), -7, dtype=torch.int32)
     table[:, :max_blocks] = ids
     return table.to(device)[:, :max_blocks]
-
-
-def near_int32_limit(table: torch.Tensor, per_block: int) -> torch.Tensor:
-    """Moves the allocated ids of columns 0 and 1, in place (a view stays a view), next to
-    2**31 // per_block, where id * per_block + offset crosses 2**31; every third row's column 1
-    becomes 2**31 - 1, whose product needs 37 bits."""
-    head = table[:, :2]
-    big = 2**31 // per_block + torch.randint(-2, 2, head.shape)
-    big[::3, 1:] = 2**31 - 1
-    head.copy_(torch.where(head >= 0, big.to(head), head))
-    return table
 
 
 def indptr_of(counts: torch.Tensor, dtype: torch.dtype, start: int = 0) -> torch.Tensor:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kernels.swa_index import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, near_int32_limit, poisoned
 
 IDX = [torch.int32, torch.int64]
 
@@ -32,17 +32,6 @@ def random_block_table(n_req: int, max_blocks: int, holes: float = 0.05, wider: 
     table = torch.full((n_req, max_blocks + wider), -7, dtype=torch.int32)
     table[:, :max_blocks] = ids
     return table[:, :max_blocks]
-
-
-def near_int32_limit(table: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Moves the allocated ids of columns 0 and 1, in place (a view stays a view), next to
-    2**31 // block_size, where id * block_size + offset crosses 2**31; every third row's column 1
-    becomes 2**31 - 1."""
-    head = table[:, :2]
-    big = 2**31 // block_size + torch.randint(-2, 2, head.shape)
-    big[::3, 1:] = 2**31 - 1
-    head.copy_(torch.where(head >= 0, big.to(head), head))
-    return table
 
 
 def step_batch(n_req, block_size, max_blocks, q_max, idx_dtype, pos_dtype, len_dtype, extra=3):
