@@ -2,7 +2,7 @@
 
 Every check raises TypeError (wrong type or dtype) or ValueError (anything else) whose message starts
 with the public function's name and names the argument, before anything is written. Nothing here
-launches a kernel or synchronises the host.
+synchronises the host; only `stream_counters` launches anything (one zero fill, the first time).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "dense_table",
     "is_host",
     "overlaps",
+    "stream_counters",
 ]
 
 # torch device type -> the tilelang_ops backend that serves it. CPU tensors use the reference.
@@ -242,3 +243,25 @@ def dense_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     if x.stride(0) != d:
         x = x.as_strided((n, d), (d, 1))
     return x, d
+
+
+# (owner, device index, stream) -> int32 counters that the owner's kernels leave zero after each launch.
+_STREAM_COUNTERS: dict[tuple[str, int, int], torch.Tensor] = {}
+
+
+def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
+    """At least n int32 counters, all zero, for `owner`'s launches on the current stream of `device`.
+
+    A kernel whose blocks count their arrivals (the last one to arrive finishes the work) needs
+    zeroed counters before it starts; a fill per call would be a second launch. So each owner gets
+    one array per stream, zeroed once (a fresh array only the first time or when a larger n comes),
+    and its kernels reset every counter they touch before they end. Launches on one stream run in
+    order, so they share the array; a captured CUDA graph keeps the array of the stream it was
+    captured on, so two graphs captured on one stream must not be replayed concurrently.
+    """
+    key = (owner, device.index, torch.cuda.current_stream(device).cuda_stream)
+    counters = _STREAM_COUNTERS.get(key)
+    if counters is None or counters.numel() < n:
+        counters = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _STREAM_COUNTERS[key] = counters
+    return counters

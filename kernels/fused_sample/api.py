@@ -43,7 +43,7 @@ naming the argument before anything is written. B == 0 launches nothing.
 
 Concurrency: launches on one stream share that stream's counters and run in order. A captured CUDA
 graph keeps the counters of the stream it was captured on: two graphs captured on one stream must
-not be replayed concurrently on different streams.
+not be replayed concurrently on different streams (kernels/interface.py: stream_counters).
 """
 
 from __future__ import annotations
@@ -51,10 +51,12 @@ from __future__ import annotations
 import torch
 
 from kernels.fused_sample import ref
-from kernels.interface import backend_ops, is_host
+from kernels.interface import backend_ops, is_host, stream_counters
 from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_reference
 
 __all__ = ["fused_sample"]
+
+NAME = "fused_sample"
 
 # From this many rows the three-blocks-an-SM kernel and its second launch are faster. Same-run H200
 # sweep (kernels/fused_sample/PERF.md), top-k 50, top-p 0.9, one launch / two, us, fp32 V 129280:
@@ -62,23 +64,6 @@ __all__ = ["fused_sample"]
 # bf16 V 151936: 8 22.9 / 26.9, 16 29.7 / 29.0, 24 31.2 / 34.9, 32 37.6 / 37.1, 48 45.7 / 44.9.
 # Below 48 the lead changes with how the chunks fill the SMs' block slots; from 48 on two win.
 FLAGGING_MIN_ROWS = 48
-
-# (device index, stream) -> the int32 arrival counters of that stream's launches, all zero between
-# calls (the last block of a row resets its counter, or fused_sample_flagging_tl's leaves 1 for
-# sampler_flagged_tl, which resets it).
-_ARRIVALS: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def _arrivals(device: torch.device, rows: int) -> torch.Tensor:
-    """At least `rows` zeroed int32 counters for launches on the current stream of `device`; a
-    fresh array (one memset) only the first time or when a larger batch comes."""
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
-    counters = _ARRIVALS.get(key)
-    if counters is None or counters.numel() < rows:
-        counters = torch.zeros(max(rows, 1024), dtype=torch.int32, device=device)
-        _ARRIVALS[key] = counters
-    return counters
-
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(chunk_f, chunk_i, list_s, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
@@ -92,7 +77,9 @@ def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]
     list_s = ws[lists : 2 * lists].view(torch.float32).view(slots, ref.LIST_CAP)
     chunk_i = ws[2 * lists : 2 * lists + 3 * slots].view(slots, 3)
     chunk_f = ws[2 * lists + 3 * slots :].view(torch.float32).view(slots, 2)
-    return chunk_f, chunk_i, list_s, list_id, _arrivals(device, B)
+    # The arrival counters: the last block of a row resets its counter, or fused_sample_flagging_tl's
+    # leaves 1 for sampler_flagged_tl, which resets it.
+    return chunk_f, chunk_i, list_s, list_id, stream_counters(NAME, device, B)
 
 
 def fused_sample(
@@ -107,7 +94,7 @@ def fused_sample(
     return_logprobs: bool = False,
     out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
 ) -> SamplerOutput:
-    name = "fused_sample"
+    name = NAME
     args = (logits, temperature, top_k, top_p, min_p, seed, offset, return_logprobs)
     result = check_arguments(name, *args, out)
     B, V = logits.shape

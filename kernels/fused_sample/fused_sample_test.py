@@ -19,6 +19,7 @@ import types
 import pytest
 import torch
 
+from kernels import interface
 from kernels.fused_sample import api, ref
 from kernels.sampler import api as sampler_api
 from kernels.sampler import ref as sampler_ref
@@ -171,7 +172,7 @@ def test_workspace_layout(monkeypatch, B, V):
     """The CUDA workspace: one record and one list per (row, chunk), disjoint views of one
     allocation with the kernel's shapes and dtypes, and the stream's counters."""
     counters = torch.zeros(7, dtype=torch.int32)
-    monkeypatch.setattr(api, "_arrivals", lambda device, rows: counters)
+    monkeypatch.setattr(api, "stream_counters", lambda owner, device, rows: counters)
     chunk_f, chunk_i, list_s, list_id, arrivals = api._workspace(B, V, torch.device("cpu"))
     slots = B * math.ceil(V / ref.CHUNK)
     assert chunk_f.shape == (slots, 2) and chunk_f.dtype == torch.float32
@@ -480,7 +481,8 @@ def test_device_counters_left_zero(device, kernel_form, backend):
     for _ in range(3):
         _sample_and_check(logits, params)
     torch.cuda.synchronize(device)
-    assert api._ARRIVALS and all(int(c.count_nonzero()) == 0 for c in api._ARRIVALS.values())
+    mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == api.NAME]
+    assert mine and all(int(c.count_nonzero()) == 0 for c in mine)
 
 
 @pytest.mark.device

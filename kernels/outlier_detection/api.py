@@ -20,9 +20,14 @@ Column mode returns counts (D,) int32 (caller-owned via `out`): per column, the 
 |x[i, j]| > threshold (NaN never counts, Inf does). counts is zeroed here, then the kernel adds.
 The exact rules are in kernels/outlier_detection/ref.py (the contract); outputs are bit-exact.
 
-CUDA tensors run the TileLang kernels of the `cuda` backend: row mode is two launches (per-row
-reduction, then a one-block deterministic compaction), column mode a zero fill and one launch; no
-host sync anywhere, so both are CUDA-graph capturable. CPU tensors are served by the PyTorch
+CUDA tensors run the TileLang kernels of the `cuda` backend. Row mode up to ONE_LAUNCH_MAX_ROWS rows
+is one launch: the per-row reduction's blocks count their arrivals in a per-stream counter
+(kernels/interface.py: stream_counters, zeroed once and left zero by every launch) and the last to
+arrive compacts the flags. Larger batches, and the Ascend backend, take two launches (per-row
+reduction, then a one-block compaction). The compaction is deterministic either way. Column mode is
+a zero fill and one launch. No host sync anywhere, so both modes are CUDA-graph capturable (a
+graph captured on one stream must not be replayed concurrently on another: they would share the
+counter). CPU tensors are served by the PyTorch
 reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
 written. T == 0 launches no kernel: the outputs are empty, and count / counts are zeros (a torch
 fill, or a fresh zeros tensor).
@@ -32,7 +37,17 @@ from __future__ import annotations
 
 import torch
 
-from kernels.interface import backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
+from kernels.interface import (
+    backend_ops,
+    base_alignment,
+    check_no_overlap,
+    check_out,
+    check_rows,
+    check_tensor,
+    dense_rows,
+    is_host,
+    stream_counters,
+)
 from kernels.outlier_detection import ref
 
 __all__ = ["count_outlier_columns", "detect_outlier_rows"]
@@ -41,6 +56,10 @@ __all__ = ["count_outlier_columns", "detect_outlier_rows"]
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 MAX_D = 16384
 ROW_OUTPUTS = ("absmax", "flag", "flagged_rows", "count")
+# Row-mode batches up to this many rows run as one launch on CUDA (the last block compacts); larger
+# ones as two, where a block of 1024 threads compacts 16384 flags a step (kernels/outlier_detection/
+# PERF.md, "One launch for decode batches").
+ONE_LAUNCH_MAX_ROWS = 4096
 
 
 def _check_x(name: str, x, max_width: int | None) -> None:
@@ -95,8 +114,18 @@ def detect_outlier_rows(
         return absmax, flag, flagged_rows, count
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
-    rows = tl.ops.outlier_rows_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
-    rows(xk, _device_threshold(x, threshold, thr32), absmax, flag)
+    static = (d, DTYPES[x.dtype], x_stride)
+    thr = _device_threshold(x, threshold, thr32)
+    if n <= ONE_LAUNCH_MAX_ROWS:
+        try:
+            factory = tl.ops.outlier_rows_compact_tl
+        except LookupError:  # a backend without the one-launch kernel takes two launches
+            pass
+        else:
+            arrivals = stream_counters(name, x.device, 1)
+            factory(*static, x_align=base_alignment(xk))(xk, thr, absmax, flag, flagged_rows, count, arrivals)
+            return absmax, flag, flagged_rows, count
+    tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk))(xk, thr, absmax, flag)
     tl.ops.outlier_compact_tl()(flag, flagged_rows, count)
     return absmax, flag, flagged_rows, count
 

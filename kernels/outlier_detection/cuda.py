@@ -58,6 +58,7 @@ __all__ = [
     "columns_config",
     "outlier_columns_tl",
     "outlier_compact_tl",
+    "outlier_rows_compact_tl",
     "outlier_rows_tl",
     "outlier_columns_shipped_configs",
     "outlier_rows_shipped_configs",
@@ -82,6 +83,9 @@ _BLOCK_THREADS = 128
 # 16384 rows: one chunk covers a prefill batch of 16384 tokens.
 _COMPACT_THREADS = 1024
 _COMPACT_ROWS_PER_THREAD = 16
+# One-launch row mode: the last block (cfg.threads threads, 128 for most rows) compacts 16 flags a
+# thread per chunk, 2048 rows for 128 threads: a decode batch in one chunk.
+_LAST_BLOCK_ROWS_PER_THREAD = 16
 # Column mode: 128 threads per block; a thread counts its column vector over 64 rows, loading 8 rows
 # at a time (8 vectors in flight, 32 registers of data at 16 B).
 _COLUMN_THREADS = 128
@@ -211,11 +215,9 @@ def outlier_columns_shipped_configs() -> list[tuple[int, str, int, int]]:
     ]
 
 
-@tilelang.jit
-def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
-    """Compiled row kernel(x, threshold, absmax, flag) for these static arguments (memoised)."""
-    cfg = rows_config(D, dtype, x_stride, x_align)
-    t = T.dynamic("t")
+def _row_flags_macro(cfg: RowsConfig, dtype: str):
+    """A T.macro row_flags(x, threshold, absmax, flag, t, bx, tx): block bx's rows' absmax and flag.
+    Every thread of the block calls it (rows of several warps synchronise once)."""
     tpr, rows, steps, vec, wpr = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems, cfg.warps_per_row
     full, tail_lanes = divmod(cfg.row_vectors, tpr)
     shuffles = int(math.log2(min(tpr, _WARP)))
@@ -233,6 +235,104 @@ def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
             amax[0] = T.max(amax[0], a)
             nan[0] = nan[0] | T.cast(T.isnan(a), "int32")
 
+    @T.macro
+    def row_flags(x, threshold, absmax, flag, t, bx, tx):
+        lane = tx % tpr
+        # 64-bit row ids make every offset into x 64-bit: t * x_stride may pass 2**31.
+        row = T.cast(bx * rows + tx // tpr, "int64")
+        buf = T.alloc_local((steps, vec), dtype)
+        amax = T.alloc_local((1,), "float32")
+        nan = T.alloc_local((1,), "int32")
+        red_max = T.alloc_shared((rows, wpr), "float32")
+        red_nan = T.alloc_shared((rows, wpr), "int32")
+        amax[0] = T.float32(0)
+        nan[0] = 0
+        if row < t:
+            # Every load is issued before any use: `steps` vectors in flight per thread.
+            for s in T.unroll(full):
+                load_step(x, row, lane, buf, s)
+            if tail_lanes:
+                if lane < tail_lanes:
+                    load_step(x, row, lane, buf, full)
+            for s in T.unroll(full):
+                reduce_step(buf, amax, nan, s)
+            if tail_lanes:
+                if lane < tail_lanes:
+                    reduce_step(buf, amax, nan, full)
+        # Butterfly within the row's lanes (inactive threads past the last row hold 0 and join).
+        for i in T.unroll(shuffles):
+            amax[0] = T.max(amax[0], T.shfl_xor(amax[0], 1 << i))
+            nan[0] = nan[0] | T.shfl_xor(nan[0], 1 << i)
+        if wpr > 1:
+            if tx % _WARP == 0:
+                red_max[tx // tpr, lane // _WARP] = amax[0]
+                red_nan[tx // tpr, lane // _WARP] = nan[0]
+            T.sync_threads()
+            if lane == 0:
+                for w in T.unroll(1, wpr):
+                    amax[0] = T.max(amax[0], red_max[tx // tpr, w])
+                    nan[0] = nan[0] | red_nan[tx // tpr, w]
+        if row < t and lane == 0:
+            absmax[row] = amax[0]
+            flag[row] = nan[0] != 0 or T.isinf(amax[0]) or amax[0] > threshold[0]
+
+    return row_flags
+
+
+def _compact_macro(threads: int, per_thread: int):
+    """A T.macro compact(flag, flagged_rows, count, t, tx) run by one block of `threads` threads:
+    the flagged ids in ascending order, -1 after them, and their count. The block walks the flags
+    in chunks of threads x per_thread rows, placing each flagged id at its exclusive prefix sum
+    (warp shuffles, then the per-warp totals from shared memory, all in a fixed order: no atomics)."""
+    chunk = threads * per_thread
+    scan_block = block_scan_macro(threads // _WARP)
+
+    @T.macro
+    def compact(flag, flagged_rows, count, t, tx):
+        warp, lane = tx // _WARP, tx % _WARP
+        hits = T.alloc_local((per_thread,), "int32")
+        mine = T.alloc_local((1,), "int32")  # this thread's flagged rows in the chunk
+        scan = T.alloc_local((1,), "int32")  # inclusive prefix of `mine` within the warp
+        before = T.alloc_local((1,), "int32")  # flagged rows of the chunk in lower warps
+        total = T.alloc_local((1,), "int32")  # flagged rows of the chunk
+        done = T.alloc_local((1,), "int32")  # flagged rows of every earlier chunk
+        slot = T.alloc_local((1,), "int32")
+        warp_total = T.alloc_shared((threads // _WARP,), "int32")
+        done[0] = 0
+        for c in T.serial(T.ceildiv(t, chunk)):
+            # Thread tx takes rows [first, first + per_thread) of the chunk, in order.
+            first = c * chunk + tx * per_thread
+            mine[0] = 0
+            for k in T.unroll(per_thread):
+                hits[k] = 0
+                if first + k < t:
+                    hits[k] = T.cast(flag[first + k], "int32")
+                mine[0] += hits[k]
+            scan_block(mine, scan, before, total, warp_total, warp, lane)
+            slot[0] = done[0] + before[0] + scan[0] - mine[0]
+            for k in T.unroll(per_thread):
+                if hits[k] != 0:
+                    flagged_rows[slot[0]] = first + k
+                    slot[0] += 1
+            done[0] += total[0]
+            # The next chunk overwrites warp_total only after every thread has read it.
+            T.sync_threads()
+        for c in T.serial(T.ceildiv(t, threads)):
+            if c * threads + tx >= done[0] and c * threads + tx < t:
+                flagged_rows[c * threads + tx] = -1
+        if tx == 0:
+            count[0] = done[0]
+
+    return compact
+
+
+@tilelang.jit
+def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+    """Compiled row kernel(x, threshold, absmax, flag) for these static arguments (memoised)."""
+    cfg = rows_config(D, dtype, x_stride, x_align)
+    t = T.dynamic("t")
+    row_flags = _row_flags_macro(cfg, dtype)
+
     @T.prim_func
     def outlier_rows(
         x: T.StridedTensor((t, D), (x_stride, 1), dtype),
@@ -240,46 +340,8 @@ def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
         absmax: T.Tensor((t,), T.float32),
         flag: T.Tensor((t,), T.bool),
     ):
-        with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
-            tx = T.get_thread_binding(0)
-            lane = tx % tpr
-            # 64-bit row ids make every offset into x 64-bit: t * x_stride may pass 2**31.
-            row = T.cast(bx * rows + tx // tpr, "int64")
-            buf = T.alloc_local((steps, vec), dtype)
-            amax = T.alloc_local((1,), "float32")
-            nan = T.alloc_local((1,), "int32")
-            red_max = T.alloc_shared((rows, wpr), "float32")
-            red_nan = T.alloc_shared((rows, wpr), "int32")
-            amax[0] = T.float32(0)
-            nan[0] = 0
-            if row < t:
-                # Every load is issued before any use: `steps` vectors in flight per thread.
-                for s in T.unroll(full):
-                    load_step(x, row, lane, buf, s)
-                if tail_lanes:
-                    if lane < tail_lanes:
-                        load_step(x, row, lane, buf, full)
-                for s in T.unroll(full):
-                    reduce_step(buf, amax, nan, s)
-                if tail_lanes:
-                    if lane < tail_lanes:
-                        reduce_step(buf, amax, nan, full)
-            # Butterfly within the row's lanes (inactive threads past the last row hold 0 and join).
-            for i in T.unroll(shuffles):
-                amax[0] = T.max(amax[0], T.shfl_xor(amax[0], 1 << i))
-                nan[0] = nan[0] | T.shfl_xor(nan[0], 1 << i)
-            if wpr > 1:
-                if tx % _WARP == 0:
-                    red_max[tx // tpr, lane // _WARP] = amax[0]
-                    red_nan[tx // tpr, lane // _WARP] = nan[0]
-                T.sync_threads()
-                if lane == 0:
-                    for w in T.unroll(1, wpr):
-                        amax[0] = T.max(amax[0], red_max[tx // tpr, w])
-                        nan[0] = nan[0] | red_nan[tx // tpr, w]
-            if row < t and lane == 0:
-                absmax[row] = amax[0]
-                flag[row] = nan[0] != 0 or T.isinf(amax[0]) or amax[0] > threshold[0]
+        with T.Kernel(T.ceildiv(t, cfg.rows_per_block), threads=cfg.threads) as bx:
+            row_flags(x, threshold, absmax, flag, t, bx, T.get_thread_binding(0))
 
     return outlier_rows
 
@@ -287,11 +349,8 @@ def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
 @tilelang.jit
 def outlier_compact_tl():
     """Compiled compaction kernel(flag, flagged_rows, count): one block, deterministic order."""
-    threads, per_thread = _COMPACT_THREADS, _COMPACT_ROWS_PER_THREAD
-    chunk = threads * per_thread
-    warps = threads // _WARP
-    scan_block = block_scan_macro(warps)
     t = T.dynamic("t")
+    compact = _compact_macro(_COMPACT_THREADS, _COMPACT_ROWS_PER_THREAD)
 
     @T.prim_func
     def outlier_compact(
@@ -299,43 +358,54 @@ def outlier_compact_tl():
         flagged_rows: T.Tensor((t,), T.int32),
         count: T.Tensor((1,), T.int32),
     ):
-        with T.Kernel(1, threads=threads) as _:
-            tx = T.get_thread_binding(0)
-            warp, lane = tx // _WARP, tx % _WARP
-            hits = T.alloc_local((per_thread,), "int32")
-            mine = T.alloc_local((1,), "int32")  # this thread's flagged rows in the chunk
-            scan = T.alloc_local((1,), "int32")  # inclusive prefix of `mine` within the warp
-            before = T.alloc_local((1,), "int32")  # flagged rows of the chunk in lower warps
-            total = T.alloc_local((1,), "int32")  # flagged rows of the chunk
-            done = T.alloc_local((1,), "int32")  # flagged rows of every earlier chunk
-            slot = T.alloc_local((1,), "int32")
-            warp_total = T.alloc_shared((warps,), "int32")
-            done[0] = 0
-            for c in T.serial(T.ceildiv(t, chunk)):
-                # Thread tx takes rows [first, first + per_thread) of the chunk, in order.
-                first = c * chunk + tx * per_thread
-                mine[0] = 0
-                for k in T.unroll(per_thread):
-                    hits[k] = 0
-                    if first + k < t:
-                        hits[k] = T.cast(flag[first + k], "int32")
-                    mine[0] += hits[k]
-                scan_block(mine, scan, before, total, warp_total, warp, lane)
-                slot[0] = done[0] + before[0] + scan[0] - mine[0]
-                for k in T.unroll(per_thread):
-                    if hits[k] != 0:
-                        flagged_rows[slot[0]] = first + k
-                        slot[0] += 1
-                done[0] += total[0]
-                # The next chunk overwrites warp_total only after every thread has read it.
-                T.sync_threads()
-            for c in T.serial(T.ceildiv(t, threads)):
-                if c * threads + tx >= done[0] and c * threads + tx < t:
-                    flagged_rows[c * threads + tx] = -1
-            if tx == 0:
-                count[0] = done[0]
+        with T.Kernel(1, threads=_COMPACT_THREADS) as _:
+            compact(flag, flagged_rows, count, t, T.get_thread_binding(0))
 
     return outlier_compact
+
+
+@tilelang.jit
+def outlier_rows_compact_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+    """Compiled one-launch row mode kernel(x, threshold, absmax, flag, flagged_rows, count, arrivals)
+    for these static arguments (memoised): outlier_rows_tl's blocks, the last of which to finish
+    compacts the flags as outlier_compact_tl does. arrivals[0] must be zero before the launch and is
+    zero after it."""
+    cfg = rows_config(D, dtype, x_stride, x_align)
+    t, A = T.dynamic("t"), T.dynamic("arrival_slots")
+    row_flags = _row_flags_macro(cfg, dtype)
+    compact = _compact_macro(cfg.threads, _LAST_BLOCK_ROWS_PER_THREAD)
+
+    @T.prim_func
+    def outlier_rows_compact(
+        x: T.StridedTensor((t, D), (x_stride, 1), dtype),
+        threshold: T.Tensor((1,), T.float32),
+        absmax: T.Tensor((t,), T.float32),
+        flag: T.Tensor((t,), T.bool),
+        flagged_rows: T.Tensor((t,), T.int32),
+        count: T.Tensor((1,), T.int32),
+        arrivals: T.Tensor((A,), T.int32),
+    ):
+        blocks = T.ceildiv(t, cfg.rows_per_block)
+        with T.Kernel(blocks, threads=cfg.threads) as bx:
+            tx = T.get_thread_binding(0)
+            arrived = T.alloc_local((1,), "int32")
+            last = T.alloc_shared((1,), "int32")
+            row_flags(x, threshold, absmax, flag, t, bx, tx)
+            # Release and acquire without fences: the barrier orders the block's flag writes before
+            # thread 0's acquire-release add at GPU scope (cumulative), and the last block's flag
+            # reads after that add (whose acquire also drops the SM's stale L1 lines).
+            T.sync_threads()
+            if tx == 0:
+                arrived[0] = T.atomic_add(arrivals[0], 1, memory_order="acq_rel", return_prev=True)
+                last[0] = T.cast(arrived[0] == blocks - 1, "int32")
+                if arrived[0] == blocks - 1:
+                    # Every block has arrived: none touches the counter again in this launch.
+                    arrivals[0] = 0
+            T.sync_threads()
+            if last[0] != 0:
+                compact(flag, flagged_rows, count, t, tx)
+
+    return outlier_rows_compact
 
 
 @tilelang.jit

@@ -213,6 +213,58 @@ def test_cpu_single_row_with_any_stride():
     assert_rows_equal(api.detect_outlier_rows(x, 0.5), oracle_rows(x, 0.5), "one row")
 
 
+class _RecordingOps:
+    """A backend namespace that records which factories the interface takes and launches nothing;
+    `missing` names factories the backend lacks (the dispatcher raises LookupError for those)."""
+
+    def __init__(self, missing=()):
+        self.calls, self.missing = [], set(missing)
+
+    def __getattr__(self, factory):
+        if factory in self.missing or not factory.startswith("outlier_"):
+            raise LookupError(factory)
+
+        def build(*static, **options):
+            def launch(*args):
+                self.calls.append((factory, static, options, args))
+
+            return launch
+
+        return build
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("t", [1, 5, 6])
+@pytest.mark.parametrize("one_launch", [True, False], ids=["cuda", "no-one-launch-kernel"])
+def test_row_dispatch(monkeypatch, t, one_launch):
+    """Up to ONE_LAUNCH_MAX_ROWS rows take the one-launch kernel with the stream's counter; larger
+    batches, or a backend without that kernel, take the two launches; the same static arguments."""
+    import types
+
+    ops = _RecordingOps(missing=() if one_launch else ("outlier_rows_compact_tl",))
+    monkeypatch.setattr(api, "is_host", lambda x: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, x: types.SimpleNamespace(ops=ops))
+    monkeypatch.setattr(api, "ONE_LAUNCH_MAX_ROWS", 5)
+    counter = torch.zeros(3, dtype=torch.int32)
+    monkeypatch.setattr(api, "stream_counters", lambda owner, device, n: counter)
+    x = random_rows(t, 24, torch.bfloat16, row_stride=31)
+    thr = torch.tensor([1.0])
+    out = _row_outputs(t, "cpu")
+    api.detect_outlier_rows(x, thr, out=out)
+    if one_launch and t <= 5:
+        ((factory, static, options, args),) = ops.calls
+        assert factory == "outlier_rows_compact_tl" and args[-1] is counter
+        assert all(a is o for a, o in zip(args[2:6], out))
+    else:
+        assert [c[0] for c in ops.calls] == ["outlier_rows_tl", "outlier_compact_tl"]
+        (_, static, options, args), (_, _, _, compact_args) = ops.calls
+        assert args[2] is out[0] and args[3] is out[1]
+        assert all(a is o for a, o in zip(compact_args, out[1:]))
+    # One row is declared dense (api.dense_rows), so one compiled kernel serves every one-row view.
+    assert args[0].data_ptr() == x.data_ptr() and args[0].shape == x.shape and args[1] is thr
+    assert static == (24, "bfloat16", 24 if t == 1 else 31) and options == {"x_align": api.base_alignment(x)}
+
+
 @pytest.mark.ref
 def test_empty_batch_is_well_defined(monkeypatch):
     def fail(*_, **__):
@@ -323,7 +375,9 @@ def _configs(backend: str) -> list[tuple[str, tuple[int, str, int, int]]]:
     import importlib
 
     module = importlib.import_module(f"kernels.outlier_detection.{backend}")
-    return [("outlier_rows_tl", c) for c in module.outlier_rows_shipped_configs()] + [
+    rows = module.outlier_rows_shipped_configs()
+    one_launch = [("outlier_rows_compact_tl", c) for c in rows] if backend == "cuda" else []
+    return [("outlier_rows_tl", c) for c in rows] + one_launch + [
         ("outlier_columns_tl", c) for c in module.outlier_columns_shipped_configs()
     ]
 
@@ -533,6 +587,23 @@ def test_device_64bit_offsets(device):
     assert count.item() == 2 and flagged_rows[:3].tolist() == [t - 3, t - 2, -1]
     counts = api.count_outlier_columns(x, 100.0)
     assert counts.sum().item() == 1 and counts[7].item() == 1
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("t", [1, 2, 300, api.ONE_LAUNCH_MAX_ROWS, api.ONE_LAUNCH_MAX_ROWS + 1])
+def test_device_one_launch_edges_and_counter(device, t):
+    """Both sides of ONE_LAUNCH_MAX_ROWS, back to back on one stream with fresh data each time: the
+    counter the one-launch kernel's blocks arrive on is left zero, so every next launch finds its
+    last block (a stale count would skip the compaction and leave the poison)."""
+    for i in range(3):
+        x = sprinkle(random_rows(t, 7168, torch.bfloat16, device=device), fraction=0.05 * i)
+        _check_rows(x, 3.5, f"launch {i} T={t}")
+    if torch.device(device).type == "cuda":
+        from kernels import interface
+
+        torch.cuda.synchronize(device)
+        mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == "detect_outlier_rows"]
+        assert mine and all(int(c.count_nonzero()) == 0 for c in mine)
 
 
 @pytest.mark.device
