@@ -57,9 +57,10 @@ DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "
 MAX_D = 16384
 ROW_OUTPUTS = ("absmax", "flag", "flagged_rows", "count")
 # Row-mode batches up to this many rows run as one launch on CUDA (the last block compacts); larger
-# ones as two, where a block of 1024 threads compacts 16384 flags a step (kernels/outlier_detection/
+# ones as two, where a block of 1024 threads compacts 16384 flags a step. H200, 7168 bf16, one / two
+# launches: T 1 3.33 / 5.38 us, 2048 12.00 / 12.95, 4096 20.69 / 19.24 (kernels/outlier_detection/
 # PERF.md, "One launch for decode batches").
-ONE_LAUNCH_MAX_ROWS = 4096
+ONE_LAUNCH_MAX_ROWS = 2048
 
 
 def _check_x(name: str, x, max_width: int | None) -> None:

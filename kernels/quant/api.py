@@ -67,6 +67,10 @@ DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "
 FP8 = torch.float8_e4m3fn
 SCALE_FORMATS = ("e4m3", "ue8m0")
 MAX_TOKEN_D = 16384
+# Per-token-group FP8 batches up to this many rows take the CUDA decode launch shape (one vector a
+# thread; H200, 7168 bf16: 1.82 / 1.89 / 2.11 / 3.35 us at T 1 / 8 / 64 / 256 against 2.25 / 2.35 /
+# 2.54 / 3.49 in the shipped shape, and 7.71 against 7.21 at T 1024: kernels/quant/PERF.md).
+DECODE_MAX_ROWS = 256
 BLOCK = 128
 
 
@@ -162,7 +166,13 @@ def quant_fp8(
     if token:
         kernel = tl.ops.quant_fp8_token_tl(d, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align)
     else:
-        kernel = tl.ops.quant_fp8_group_tl(d, group, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align)
+        factory = tl.ops.quant_fp8_group_tl
+        if t <= DECODE_MAX_ROWS:
+            try:
+                factory = tl.ops.quant_fp8_group_decode_tl
+            except LookupError:  # a backend without the decode shape serves every batch with one
+                pass
+        kernel = factory(d, group, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align)
     kernel(xk, q, scale_arg)
     return q, scale
 

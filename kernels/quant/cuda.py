@@ -75,6 +75,7 @@ __all__ = [
     "quant_fp4_e4m3_tl",
     "quant_fp4_ue8m0_tl",
     "quant_fp8_block_tl",
+    "quant_fp8_group_decode_tl",
     "quant_fp8_group_tl",
     "quant_fp8_token_tl",
     "quant_shipped_configs",
@@ -93,6 +94,10 @@ _MAX_VECTOR_BYTES = 16
 # ~1500 resident threads per SM that ~40 registers allow, ~96 KiB per SM are in flight, enough to
 # cover DRAM latency at H200 bandwidth; more would only add registers.
 _THREAD_BYTES = 64
+# A decode batch has too few rows to fill the SMs: one 16-byte vector a thread spreads a row over
+# several blocks (4 for 7168 bf16), so the loads of a row are issued from several SMs at once
+# (H200, 7168 bf16, T 1: 1.82 us against 2.25 with 64 bytes; kernels/quant/PERF.md).
+_DECODE_THREAD_BYTES = 16
 _BLOCK_THREADS = 256
 _MAX_THREADS = 1024
 _WARP = 32
@@ -122,11 +127,14 @@ class RowConfig:
         return self.chunk // self.vector_elems
 
 
-def row_config(D: int, group: int, elem: int, x_stride: int, x_align: int, *, min_chunk: int = 1, token: bool = False) -> RowConfig:
+def row_config(
+    D: int, group: int, elem: int, x_stride: int, x_align: int, *, min_chunk: int = 1, token: bool = False, thread_bytes: int = _THREAD_BYTES
+) -> RowConfig:
     """Launch shape of a row kernel over (t, D) rows of `elem`-byte elements (the widest operand).
 
     `group` elements share a scale (D % group == 0; `token`: the group is the row); `min_chunk`
-    is the fewest elements a lane takes (2 for FP4: a lane writes whole bytes).
+    is the fewest elements a lane takes (2 for FP4: a lane writes whole bytes); `thread_bytes` the
+    input bytes a thread holds in flight (fewer spread a row over more blocks: decode batches).
     """
     # Vectors of every operand stay aligned: x_align folds the outputs' base pointers (one byte per
     # element or less), so it may be below the input's element size: one element per vector then.
@@ -138,7 +146,7 @@ def row_config(D: int, group: int, elem: int, x_stride: int, x_align: int, *, mi
     chunk = per_lane * vec
     row_chunks = D // chunk
     group_lanes = 1 if token else max(1, group // chunk)
-    steps_cap = max(1, _THREAD_BYTES // (chunk * elem))
+    steps_cap = max(1, thread_bytes // (chunk * elem))
     wanted = -(-row_chunks // steps_cap)
     if token:
         # Whole row in one block: shuffles within a power-of-two lane group, or whole warps.
@@ -196,6 +204,7 @@ def quant_shipped_configs() -> dict[str, list[tuple]]:
     dequant_fp4 = [(D, a) for (D, a) in [(7168, 16), (576, 2), (16384, 16), (64, 16)]]
     return {
         "quant_fp8_group_tl": fp8_group,
+        "quant_fp8_group_decode_tl": fp8_group,
         "quant_fp8_token_tl": fp8_token,
         "quant_fp8_block_tl": fp8_block,
         "quant_fp4_e4m3_tl": fp4,
@@ -286,13 +295,16 @@ def _check_layout(name: str, layout: str) -> None:
 
 
 @tilelang.jit
-def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
-    """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128)."""
+def quant_fp8_group_tl(
+    D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16, thread_bytes: int = _THREAD_BYTES
+):
+    """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128).
+    thread_bytes: input bytes a thread holds in flight (quant_fp8_group_decode_tl takes fewer)."""
     elem = row_elements("quant_fp8_group", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_group", scale_layout)
     if group not in FP8_GROUPS or D % group:
         raise ValueError(f"quant_fp8_group: group must be one of {FP8_GROUPS} and divide D {D}, got {group}")
-    cfg = row_config(D, group, elem, x_stride, x_align)
+    cfg = row_config(D, group, elem, x_stride, x_align, thread_bytes=thread_bytes)
     load_chunks, group_amax, encode_fp8, store_chunk = _row_macros(cfg)
     t = T.dynamic("t")
     groups = D // group
@@ -330,6 +342,12 @@ def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout
                             store_scale(scale, row, c // gl, sc[0])
 
     return quant_fp8_group
+
+
+def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+    """quant_fp8_group_tl's kernel in the launch shape for decode batches: one 16-byte vector a
+    thread, a row spread over several blocks. Same arguments, same results."""
+    return quant_fp8_group_tl(D, group, dtype, ue8m0, scale_layout, x_stride, x_align=x_align, thread_bytes=_DECODE_THREAD_BYTES)
 
 
 @tilelang.jit

@@ -546,6 +546,34 @@ def test_fp4_global_scale_is_amax_over_2688():
 
 
 @pytest.mark.ref
+@pytest.mark.parametrize("t", [1, 5, 6])
+@pytest.mark.parametrize("decode_shape", [True, False], ids=["cuda", "no-decode-shape"])
+def test_fp8_group_dispatch(monkeypatch, t, decode_shape):
+    """Per-token-group batches up to DECODE_MAX_ROWS take the decode launch shape where the backend
+    has it, with the same static arguments; per-token scales never do."""
+    import types
+
+    calls = []
+
+    class Ops:
+        def __getattr__(self, factory):
+            if factory == "quant_fp8_group_decode_tl" and not decode_shape:
+                raise LookupError(factory)
+            return lambda *static, **options: lambda *args: calls.append((factory, static, options))
+
+    monkeypatch.setattr(api, "is_host", lambda x: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, x: types.SimpleNamespace(ops=Ops()))
+    monkeypatch.setattr(api, "DECODE_MAX_ROWS", 5)
+    x = random_rows(t, 256, torch.bfloat16, row_stride=264)
+    api.quant_fp8(x, 128)
+    api.quant_fp8(x, None)
+    (group_call, token_call) = calls
+    assert group_call[0] == ("quant_fp8_group_decode_tl" if decode_shape and t <= 5 else "quant_fp8_group_tl")
+    assert group_call[1] == (256, 128, "bfloat16", False, "row", 264 if t > 1 else 256)
+    assert token_call[0] == "quant_fp8_token_tl"
+
+
+@pytest.mark.ref
 @pytest.mark.parametrize("t", [1, 5, 8])
 @pytest.mark.parametrize("group", [32, None])
 def test_cpu_quant_fp8_layouts_and_buffers(t, group):
@@ -845,6 +873,18 @@ def test_device_quant_fp8(device, t, d, group):
 def test_device_quant_fp8_options(device, dtype, group, ue8m0, layout, t, d, row_stride, col_offset):
     x = random_rows(t, d, dtype, device=device, row_stride=row_stride, col_offset=col_offset)
     _check_fp8(device, x, group, ue8m0, layout)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("t", [api.DECODE_MAX_ROWS, api.DECODE_MAX_ROWS + 1])
+@pytest.mark.parametrize("layout", ["row", "tma_col"])
+def test_device_quant_fp8_both_sides_of_the_decode_shape(device, t, layout):
+    # The last batch of the decode launch shape and the first of the shipped one, special groups
+    # among random rows (zero, huge, tiny, NaN, Inf).
+    x = random_rows(t, 7168, torch.bfloat16, device=device)
+    special = special_rows(1024, torch.bfloat16, 128)
+    x[t - special.shape[0] :, 3072:4096] = special.to(device)
+    _check_fp8(device, x, 128, True, layout)
 
 
 @pytest.mark.device
