@@ -300,6 +300,18 @@ def quant_fp8_group_tl(
 ):
     """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128).
     thread_bytes: input bytes a thread holds in flight (quant_fp8_group_decode_tl takes fewer)."""
+    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, thread_bytes)
+
+
+@tilelang.jit
+def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+    """quant_fp8_group_tl's kernel in the launch shape for decode batches: one 16-byte vector a
+    thread, a row spread over several blocks. Same arguments, same results."""
+    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _DECODE_THREAD_BYTES)
+
+
+def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, x_align: int, thread_bytes: int):
+    """The per-token-group FP8 prim_func both launch shapes compile."""
     elem = row_elements("quant_fp8_group", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_group", scale_layout)
     if group not in FP8_GROUPS or D % group:
@@ -342,12 +354,6 @@ def quant_fp8_group_tl(
                             store_scale(scale, row, c // gl, sc[0])
 
     return quant_fp8_group
-
-
-def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
-    """quant_fp8_group_tl's kernel in the launch shape for decode batches: one 16-byte vector a
-    thread, a row spread over several blocks. Same arguments, same results."""
-    return quant_fp8_group_tl(D, group, dtype, ue8m0, scale_layout, x_stride, x_align=x_align, thread_bytes=_DECODE_THREAD_BYTES)
 
 
 @tilelang.jit

@@ -810,7 +810,8 @@ def test_ascend_factories_match_cuda_names():
     from kernels.quant import asc, cuda
 
     tl_names = lambda m: {n for n in m.__all__ if n.endswith("_tl")}  # noqa: E731
-    assert tl_names(asc) == tl_names(cuda)
+    # The decode launch shape is CUDA's alone: the api falls back to quant_fp8_group_tl on LookupError.
+    assert tl_names(asc) == tl_names(cuda) - {"quant_fp8_group_decode_tl"}
 
 
 # ----------------------------------------------------------------------------------------------------
