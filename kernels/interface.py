@@ -2,7 +2,7 @@
 
 Every check raises TypeError (wrong type or dtype) or ValueError (anything else) whose message starts
 with the public function's name and names the argument, before anything is written. Nothing here
-synchronises the host; only `stream_counters` launches anything (one zero fill, the first time).
+synchronises the host; only `stream_counters` launches anything (zero fills, outside CUDA graph capture).
 """
 
 from __future__ import annotations
@@ -247,6 +247,22 @@ def dense_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 # (owner, device index, stream) -> int32 counters that the owner's kernels leave zero after each launch.
 _STREAM_COUNTERS: dict[tuple[str, int, int], torch.Tensor] = {}
+# Arrays a larger request replaced: a captured CUDA graph may still use them, so they are never freed.
+_RETIRED: list[torch.Tensor] = []
+# device index -> [zeroed int32 arena, first free index]: counters for streams first seen in a capture.
+_ARENAS: dict[int, list] = {}
+# Counters an arena holds (256 KiB): every (owner, capture stream) pair takes at least _MIN_COUNTERS.
+_ARENA_COUNTERS = 1 << 16
+_MIN_COUNTERS = 1024
+
+
+def _stream_id(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _capturing(device: torch.device) -> bool:
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
@@ -254,14 +270,51 @@ def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
 
     A kernel whose blocks count their arrivals (the last one to arrive finishes the work) needs
     zeroed counters before it starts; a fill per call would be a second launch. So each owner gets
-    one array per stream, zeroed once (a fresh array only the first time or when a larger n comes),
-    and its kernels reset every counter they touch before they end. Launches on one stream run in
-    order, so they share the array; a captured CUDA graph keeps the array of the stream it was
-    captured on, so two graphs captured on one stream must not be replayed concurrently.
+    one array per stream, zeroed once, and its kernels reset every counter they touch before they
+    end. Launches on one stream run in order, so they share the array; a captured CUDA graph keeps
+    the array of the stream it was captured on, so two graphs captured on one stream must not be
+    replayed concurrently.
+
+    Inside a CUDA graph capture nothing runs, so a zero fill recorded there would only run when
+    that graph replays, and another graph captured on the same stream could replay first. A stream
+    first seen inside a capture therefore takes its counters from a per-device arena zeroed by an
+    earlier call outside any capture (the warm-up every capture needs anyway); RuntimeError, with
+    nothing launched, when there is none yet or it is used up. An array replaced by a larger one is
+    kept alive, since captured graphs may still hold it.
     """
-    key = (owner, device.index, torch.cuda.current_stream(device).cuda_stream)
+    key = (owner, device.index, _stream_id(device))
     counters = _STREAM_COUNTERS.get(key)
-    if counters is None or counters.numel() < n:
-        counters = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _STREAM_COUNTERS[key] = counters
-    return counters
+    if counters is not None and counters.numel() >= n:
+        return counters
+    size = max(n, _MIN_COUNTERS)
+    if _capturing(device):
+        fresh = _from_arena(owner, device, size)
+    else:
+        fresh = torch.zeros(size, dtype=torch.int32, device=device)
+        _top_up_arena(device, size)
+    if counters is not None:
+        _RETIRED.append(counters)
+    _STREAM_COUNTERS[key] = fresh
+    return fresh
+
+
+def _top_up_arena(device: torch.device, size: int) -> None:
+    """Outside a capture: make sure the device's arena can serve a capture's request of `size`."""
+    arena = _ARENAS.get(device.index)
+    need = max(size, _ARENA_COUNTERS // 2)
+    if arena is None or arena[0].numel() - arena[1] < need:
+        # The old arena stays alive through the slices it handed out.
+        _ARENAS[device.index] = [torch.zeros(max(_ARENA_COUNTERS, 2 * size), dtype=torch.int32, device=device), 0]
+
+
+def _from_arena(owner: str, device: torch.device, size: int) -> torch.Tensor:
+    arena = _ARENAS.get(device.index)
+    if arena is None or arena[0].numel() - arena[1] < size:
+        raise RuntimeError(
+            f"{owner}: first call on this stream of {device} inside a CUDA graph capture, and no zeroed "
+            f"counters ({size}) were set aside outside a capture; call {owner} once outside the capture "
+            "(a warm-up run, with at least as many rows) before capturing"
+        )
+    first = arena[1]
+    arena[1] += size
+    return arena[0][first : first + size]

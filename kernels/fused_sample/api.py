@@ -43,7 +43,9 @@ naming the argument before anything is written. B == 0 launches nothing.
 
 Concurrency: launches on one stream share that stream's counters and run in order. A captured CUDA
 graph keeps the counters of the stream it was captured on: two graphs captured on one stream must
-not be replayed concurrently on different streams (kernels/interface.py: stream_counters).
+not be replayed concurrently on different streams (kernels/interface.py: stream_counters). Capture
+after one call outside the capture with at least as many rows (a warm-up): it sets the zeroed
+counters aside that a capture takes (RuntimeError otherwise, before anything is written).
 """
 
 from __future__ import annotations

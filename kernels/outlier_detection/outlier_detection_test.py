@@ -607,6 +607,41 @@ def test_device_one_launch_edges_and_counter(device, t):
 
 
 @pytest.mark.device
+def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backend):
+    """Serving engines capture a graph per batch size on one stream from one memory pool, then
+    replay any of them first. Each must find its arrival counter zero: a zero fill recorded in the
+    first capture would run only when that graph replays, over pool memory another graph dirtied
+    (a stale count skips the compaction and leaves the poison)."""
+    if backend != "cuda":
+        pytest.skip("CUDA graphs are a CUDA feature")
+    from kernels import interface
+
+    sizes, d = [8, 64], 7168
+    xs = {t: random_rows(t, d, torch.bfloat16, device=device) for t in sizes}
+    outs = {t: _row_outputs(t, device) for t in sizes}
+    threshold = torch.tensor([3.5], device=device)
+    stream, pool = torch.cuda.Stream(device), torch.cuda.graph_pool_handle()
+    dirty = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(dirty, pool=pool, stream=stream):
+        junk = torch.full((interface._MIN_COUNTERS,), 0x5A5A5A5A, dtype=torch.int32, device=device)
+    dirty.replay()
+    del junk  # its block goes back to the pool, dirty, for the captures below to reuse
+    for t in sizes:
+        api.detect_outlier_rows(xs[t], threshold, out=outs[t])  # the warm-up outside any capture
+    graphs = {t: torch.cuda.CUDAGraph() for t in sizes}
+    for t in sizes:
+        with torch.cuda.graph(graphs[t], pool=pool, stream=stream):
+            api.detect_outlier_rows(xs[t], threshold, out=outs[t])
+    for i, t in enumerate(sizes[::-1] + sizes):
+        xs[t].copy_(sprinkle(random_rows(t, d, torch.bfloat16), fraction=0.1).to(device))
+        for o, fresh in zip(outs[t], _row_outputs(t, device)):
+            o.copy_(fresh)
+        graphs[t].replay()
+        for name, g, e in zip(api.ROW_OUTPUTS, outs[t], ref.outlier_rows_ref(xs[t], threshold)):
+            (assert_flag_equal if name == "flag" else assert_bitwise_equal)(g, e, what=f"replay {i} T={t} {name}")
+
+
+@pytest.mark.device
 def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     x = random_rows(0, 7168, torch.bfloat16, device=device)
     out = _row_outputs(0, device)

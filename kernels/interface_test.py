@@ -1,0 +1,89 @@
+"""kernels/interface.stream_counters: which zeroed array each (owner, stream) gets, in and out of a
+CUDA graph capture. The stream and the capture state are patched, so CPU tensors stand in for the
+device's; what a capture does on a GPU is kernels/outlier_detection's device test of two graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import interface
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def fake_streams(monkeypatch):
+    """A settable current stream and capture flag, and empty counter tables."""
+    state = {"stream": 1, "capturing": False}
+    monkeypatch.setattr(interface, "_stream_id", lambda device: state["stream"])
+    monkeypatch.setattr(interface, "_capturing", lambda device: state["capturing"])
+    monkeypatch.setattr(interface, "_STREAM_COUNTERS", {})
+    monkeypatch.setattr(interface, "_RETIRED", [])
+    monkeypatch.setattr(interface, "_ARENAS", {})
+    return state
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.ref
+def test_one_zeroed_array_per_owner_and_stream(fake_streams):
+    a = interface.stream_counters("op", CPU, 3)
+    assert a.dtype == torch.int32 and a.numel() >= 3 and int(a.count_nonzero()) == 0
+    assert interface.stream_counters("op", CPU, 3) is a, "one stream's launches share its array"
+    assert interface.stream_counters("other", CPU, 3) is not a, "owners do not share"
+    fake_streams["stream"] = 2
+    b = interface.stream_counters("op", CPU, 3)
+    assert b is not a and not _shares_memory(a, b), "streams do not share"
+
+
+@pytest.mark.ref
+def test_capture_takes_counters_zeroed_outside_it(fake_streams):
+    """A stream first seen in a capture gets a slice of the arena zeroed earlier, never a fresh fill
+    (which would only run when that one graph replays); slices do not overlap."""
+    eager = interface.stream_counters("op", CPU, 5)
+    arena = interface._ARENAS[CPU.index][0]
+    fake_streams.update(stream=7, capturing=True)
+    first = interface.stream_counters("op", CPU, 5)
+    assert _shares_memory(first, arena) and int(first.count_nonzero()) == 0
+    assert interface.stream_counters("op", CPU, 5) is first, "graphs captured on one stream share"
+    second = interface.stream_counters("other", CPU, 5)
+    assert _shares_memory(second, arena)
+    spans = sorted((t.data_ptr(), t.data_ptr() + 4 * t.numel()) for t in (first, second))
+    assert spans[0][1] <= spans[1][0], "two owners' arena slices overlap"
+    assert not _shares_memory(eager, arena)
+
+
+@pytest.mark.ref
+def test_capture_before_any_warm_up_is_an_error(fake_streams):
+    fake_streams["capturing"] = True
+    with pytest.raises(RuntimeError, match="op: first call on this stream .* inside a CUDA graph capture"):
+        interface.stream_counters("op", CPU, 1)
+    assert interface._STREAM_COUNTERS == {}
+
+
+@pytest.mark.ref
+def test_capture_past_the_arena_is_an_error_and_warm_up_refills(fake_streams):
+    interface.stream_counters("op", CPU, 1)
+    free = interface._ARENAS[CPU.index][0].numel()
+    fake_streams.update(stream=2, capturing=True)
+    with pytest.raises(RuntimeError, match=f"no zeroed counters \\({free + 1}\\)"):
+        interface.stream_counters("op", CPU, free + 1)
+    fake_streams.update(stream=3, capturing=False)
+    interface.stream_counters("op", CPU, free + 1)
+    fake_streams.update(stream=4, capturing=True)
+    assert interface.stream_counters("op", CPU, free + 1).numel() == free + 1
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("capturing", [False, True], ids=["eager", "capture"])
+def test_a_larger_request_replaces_the_array_and_keeps_the_old_alive(fake_streams, capturing):
+    interface.stream_counters("warm-up", CPU, 4 * interface._MIN_COUNTERS)
+    small = interface.stream_counters("op", CPU, 1)
+    fake_streams["capturing"] = capturing
+    big = interface.stream_counters("op", CPU, interface._MIN_COUNTERS + 1)
+    assert big.numel() == interface._MIN_COUNTERS + 1 and int(big.count_nonzero()) == 0
+    assert interface.stream_counters("op", CPU, 1) is big
+    assert any(t is small for t in interface._RETIRED), "a graph captured with the smaller array still uses it"
