@@ -28,12 +28,14 @@ from kernels.sampler.sampler_testlib import (
     INF,
     assert_device_matches_ref,
     assert_graph_replays,
+    assert_graphs_replay_in_any_order,
     bad_inputs,
     counters,
     device_logits,
     mixed_params,
     poisoned_out,
 )
+from testing.graphs import dirty_graph_pool
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes
 
 # ----------------------------------------------------------------------------------------------------
@@ -499,3 +501,14 @@ def test_device_cuda_graph_replay(device, kernel_form, backend, B):
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
     assert_graph_replays(api.fused_sample, B, device, lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params))
+
+
+@pytest.mark.device
+def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, kernel_form, backend):
+    """A graph per batch size on one stream from one memory pool, the later capture replayed first:
+    each must find its rows' arrival counters zero, whatever the pool's memory held before."""
+    if backend != "cuda":
+        pytest.skip("CUDA graphs are a CUDA feature")
+    stream, pool, _holder = dirty_graph_pool(device, 4 * interface._MIN_COUNTERS)
+    check = lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params)  # noqa: E731
+    assert_graphs_replay_in_any_order(api.fused_sample, [1, 32], device, check, stream, pool)

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from kernels.outlier_detection import api, ref
+from testing.graphs import dirty_graph_pool
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 DTYPES = list(api.DTYPES)
@@ -620,12 +621,7 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
     xs = {t: random_rows(t, d, torch.bfloat16, device=device) for t in sizes}
     outs = {t: _row_outputs(t, device) for t in sizes}
     threshold = torch.tensor([3.5], device=device)
-    stream, pool = torch.cuda.Stream(device), torch.cuda.graph_pool_handle()
-    dirty = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(dirty, pool=pool, stream=stream):
-        junk = torch.full((interface._MIN_COUNTERS,), 0x5A5A5A5A, dtype=torch.int32, device=device)
-    dirty.replay()
-    del junk  # its block goes back to the pool, dirty, for the captures below to reuse
+    stream, pool, _holder = dirty_graph_pool(device, 4 * interface._MIN_COUNTERS)
     for t in sizes:
         api.detect_outlier_rows(xs[t], threshold, out=outs[t])  # the warm-up outside any capture
     graphs = {t: torch.cuda.CUDAGraph() for t in sizes}

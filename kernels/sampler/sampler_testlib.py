@@ -131,27 +131,57 @@ def assert_device_matches_ref(got, logits, params):
         assert torch.allclose(got.logprobs, logprobs, rtol=1e-5, atol=1e-4, equal_nan=True), "logprobs"
 
 
+_GRAPH_V = 129280
+
+
 def assert_graph_replays(interface, B: int, device, check) -> None:
     """interface(logits, *params, return_logprobs=True, out=out) captured once in a CUDA graph over
     zeroed bfloat16 logits of the models' vocabulary, then replayed 3 times with new logits,
     parameters and counters written into the captured tensors and poisoned outputs; check(out,
     logits, params) after each replay: every call of a decode step."""
-    V = 129280
-    logits = torch.zeros(B, V, dtype=torch.bfloat16, device=device)
-    params = tuple(torch.zeros_like(p) for p in mixed_params(B, V, device))
-    out = poisoned_out(B, device)
-
-    def call():
-        interface(logits, *params, return_logprobs=True, out=out)
-
+    call, inputs = _graph_call(interface, B, device)
     call()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
     for _ in range(3):
-        logits.copy_(torch.randn(B, V, device=device) * 3)
-        for dst, src in zip(params, mixed_params(B, V, device)):
-            dst.copy_(src)
-        poison(out)
-        graph.replay()
-        check(out, logits, params)
+        _replay_and_check(graph, inputs, device, check)
+
+
+def assert_graphs_replay_in_any_order(interface, sizes, device, check, stream, pool) -> None:
+    """As assert_graph_replays, with one graph per batch size in `sizes`, all captured on `stream`
+    into `pool` after one warm-up call each outside the capture (what a serving engine does), then
+    replayed in reverse order and again in order."""
+    calls = {B: _graph_call(interface, B, device) for B in sizes}
+    for call, _ in calls.values():
+        call()
+    graphs = {B: torch.cuda.CUDAGraph() for B in sizes}
+    for B, (call, _) in calls.items():
+        with torch.cuda.graph(graphs[B], pool=pool, stream=stream):
+            call()
+    for B in [*sizes[::-1], *sizes]:
+        _replay_and_check(graphs[B], calls[B][1], device, check)
+
+
+def _graph_call(interface, B: int, device):
+    """(call, (logits, params, out)): the call a graph captures, over zeroed logits and parameters
+    and poisoned outputs that each replay refills."""
+    logits = torch.zeros(B, _GRAPH_V, dtype=torch.bfloat16, device=device)
+    params = tuple(torch.zeros_like(p) for p in mixed_params(B, _GRAPH_V, device))
+    out = poisoned_out(B, device)
+
+    def call():
+        interface(logits, *params, return_logprobs=True, out=out)
+
+    return call, (logits, params, out)
+
+
+def _replay_and_check(graph, inputs, device, check) -> None:
+    logits, params, out = inputs
+    B = logits.shape[0]
+    logits.copy_(torch.randn(B, _GRAPH_V, device=device) * 3)
+    for dst, src in zip(params, mixed_params(B, _GRAPH_V, device)):
+        dst.copy_(src)
+    poison(out)
+    graph.replay()
+    check(out, logits, params)
