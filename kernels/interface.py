@@ -254,6 +254,7 @@ _ARENAS: dict[int, list] = {}
 # Counters an arena holds (256 KiB): every (owner, capture stream) pair takes at least _MIN_COUNTERS.
 _ARENA_COUNTERS = 1 << 16
 _MIN_COUNTERS = 1024
+_ALIGN_COUNTERS = 32
 
 
 def _stream_id(device: torch.device) -> int:
@@ -271,22 +272,26 @@ def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
     A kernel whose blocks count their arrivals (the last one to arrive finishes the work) needs
     zeroed counters before it starts; a fill per call would be a second launch. So each owner gets
     one array per stream, zeroed once, and its kernels reset every counter they touch before they
-    end. Launches on one stream run in order, so they share the array; a captured CUDA graph keeps
-    the array of the stream it was captured on, so two graphs captured on one stream must not be
-    replayed concurrently.
+    end. Launches on one stream run in order, so they share the array. A captured CUDA graph keeps
+    the array of the stream it was captured on: do not replay it concurrently with other users of
+    that array (another graph captured on that stream, or the owner's calls on that stream).
 
     Inside a CUDA graph capture nothing runs, so a zero fill recorded there would only run when
     that graph replays, and another graph captured on the same stream could replay first. A stream
-    first seen inside a capture therefore takes its counters from a per-device arena zeroed by an
-    earlier call outside any capture (the warm-up every capture needs anyway); RuntimeError, with
-    nothing launched, when there is none yet or it is used up. An array replaced by a larger one is
-    kept alive, since captured graphs may still hold it.
+    first seen inside a capture therefore takes its counters from a per-device arena that calls
+    outside any capture zero and refill (the warm-up every capture needs anyway); RuntimeError,
+    with nothing launched, when it lacks room: no call outside a capture on that device yet, or a
+    request larger than any such call made. An array replaced by a larger one is kept alive, since
+    captured graphs may still hold it.
     """
     key = (owner, device.index, _stream_id(device))
     counters = _STREAM_COUNTERS.get(key)
     if counters is not None and counters.numel() >= n:
+        if _arena_low(device) and not _capturing(device):
+            _top_up_arena(device, n)
         return counters
-    size = max(n, _MIN_COUNTERS)
+    # Whole 128-byte lines, so every arena slice starts as aligned as a fresh allocation's lines.
+    size = -(-max(n, _MIN_COUNTERS) // _ALIGN_COUNTERS) * _ALIGN_COUNTERS
     if _capturing(device):
         fresh = _from_arena(owner, device, size)
     else:
@@ -298,11 +303,15 @@ def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
     return fresh
 
 
+def _arena_low(device: torch.device) -> bool:
+    arena = _ARENAS.get(device.index)
+    return arena is None or arena[0].numel() - arena[1] < _ARENA_COUNTERS // 2
+
+
 def _top_up_arena(device: torch.device, size: int) -> None:
     """Outside a capture: make sure the device's arena can serve a capture's request of `size`."""
     arena = _ARENAS.get(device.index)
-    need = max(size, _ARENA_COUNTERS // 2)
-    if arena is None or arena[0].numel() - arena[1] < need:
+    if arena is None or arena[0].numel() - arena[1] < max(size, _ARENA_COUNTERS // 2):
         # The old arena stays alive through the slices it handed out.
         _ARENAS[device.index] = [torch.zeros(max(_ARENA_COUNTERS, 2 * size), dtype=torch.int32, device=device), 0]
 
@@ -312,8 +321,8 @@ def _from_arena(owner: str, device: torch.device, size: int) -> torch.Tensor:
     if arena is None or arena[0].numel() - arena[1] < size:
         raise RuntimeError(
             f"{owner}: first call on this stream of {device} inside a CUDA graph capture, and no zeroed "
-            f"counters ({size}) were set aside outside a capture; call {owner} once outside the capture "
-            "(a warm-up run, with at least as many rows) before capturing"
+            f"counters ({size}) were set aside outside a capture; call {owner} once outside any capture "
+            "on this device (a warm-up run, with at least as many rows) before capturing"
         )
     first = arena[1]
     arena[1] += size

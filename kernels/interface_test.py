@@ -65,16 +65,38 @@ def test_capture_before_any_warm_up_is_an_error(fake_streams):
 
 
 @pytest.mark.ref
-def test_capture_past_the_arena_is_an_error_and_warm_up_refills(fake_streams):
+def test_capture_past_the_arena_is_an_error_until_a_call_outside_refills_it(fake_streams):
     interface.stream_counters("op", CPU, 1)
     free = interface._ARENAS[CPU.index][0].numel()
     fake_streams.update(stream=2, capturing=True)
-    with pytest.raises(RuntimeError, match=f"no zeroed counters \\({free + 1}\\)"):
-        interface.stream_counters("op", CPU, free + 1)
-    fake_streams.update(stream=3, capturing=False)
-    interface.stream_counters("op", CPU, free + 1)
+    assert interface.stream_counters("op", CPU, free).numel() == free, "a request the arena holds exactly"
+    fake_streams["stream"] = 3
+    with pytest.raises(RuntimeError, match=r"no zeroed counters \(\d+\) were set aside"):
+        interface.stream_counters("op", CPU, 1)
+    # An ordinary call on a stream that already has its array refills the used-up arena.
+    fake_streams.update(stream=1, capturing=False)
+    interface.stream_counters("op", CPU, 1)
+    fake_streams.update(stream=3, capturing=True)
+    assert int(interface.stream_counters("op", CPU, 1).count_nonzero()) == 0
+    # A capture asking for more than the arena holds needs a call outside with at least as many.
+    fake_streams["stream"] = 4
+    with pytest.raises(RuntimeError, match="at least as many rows"):
+        interface.stream_counters("op", CPU, 2 * free)
+    fake_streams.update(stream=1, capturing=False)
+    interface.stream_counters("op", CPU, 2 * free)
     fake_streams.update(stream=4, capturing=True)
-    assert interface.stream_counters("op", CPU, free + 1).numel() == free + 1
+    assert interface.stream_counters("op", CPU, 2 * free).numel() >= 2 * free
+
+
+@pytest.mark.ref
+def test_arena_slices_start_on_whole_lines(fake_streams):
+    interface.stream_counters("op", CPU, 1)
+    fake_streams["capturing"] = True
+    for stream, n in enumerate([interface._MIN_COUNTERS + 1, 3, interface._MIN_COUNTERS + 77], start=2):
+        fake_streams["stream"] = stream
+        counters = interface.stream_counters("op", CPU, n)
+        offset = counters.data_ptr() - interface._ARENAS[CPU.index][0].data_ptr()
+        assert counters.numel() >= n and offset % 128 == 0
 
 
 @pytest.mark.ref
@@ -84,6 +106,6 @@ def test_a_larger_request_replaces_the_array_and_keeps_the_old_alive(fake_stream
     small = interface.stream_counters("op", CPU, 1)
     fake_streams["capturing"] = capturing
     big = interface.stream_counters("op", CPU, interface._MIN_COUNTERS + 1)
-    assert big.numel() == interface._MIN_COUNTERS + 1 and int(big.count_nonzero()) == 0
+    assert big.numel() > interface._MIN_COUNTERS and int(big.count_nonzero()) == 0
     assert interface.stream_counters("op", CPU, 1) is big
     assert any(t is small for t in interface._RETIRED), "a graph captured with the smaller array still uses it"

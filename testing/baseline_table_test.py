@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import random
 
+import torch
+
 from testing import baseline_table
 
 
-def _record(case_id: str, rng: random.Random, peers: dict[str, float | None]) -> dict:
+def _record(case_id: str, rng: random.Random, peers: dict[str, float | None], ceiling: tuple[float, float] = (4200, 4300)) -> dict:
     t = rng.uniform(1, 500)
     return {
         "case_id": case_id,
@@ -16,7 +18,7 @@ def _record(case_id: str, rng: random.Random, peers: dict[str, float | None]) ->
         "time_us": t,
         "bandwidth_gbs": rng.uniform(1, 4000),
         "pct_ceiling": rng.uniform(0, 100),
-        "ceiling_gbs": rng.uniform(4200, 4300),
+        "ceiling_gbs": rng.uniform(*ceiling),
         "peers": {name: ({"time_us": us} if us is not None else {"skipped": "why"}) for name, us in peers.items()},
     }
 
@@ -31,11 +33,10 @@ def _cells(line: str) -> list[str]:
 
 
 def test_table_holds_every_record_with_peers_in_order(tmp_path):
-    rng = random.Random()
-    records = [
-        _record("b_case", rng, {"torch_compile": rng.uniform(1, 900), "flashinfer": rng.uniform(1, 900), "torch_eager": rng.uniform(1, 900)}),
-        _record("a_case", rng, {"torch_compile": None}),
-    ]
+    rng = random.Random(torch.initial_seed())  # the plugin's per-test seed
+    peers = {"torch_compile": rng.uniform(1, 900), "flashinfer": rng.uniform(1, 900), "torch_eager": rng.uniform(1, 2000)}
+    # Ceilings a whole GB/s apart, so the title shows a range.
+    records = [_record("b_case", rng, peers, (4200, 4240)), _record("a_case", rng, {"torch_compile": None}, (4260, 4300))]
     _write(tmp_path / "dev", "k", records)
     text, missing = baseline_table.tables(["k"], "dev", tmp_path)
     assert missing == []
@@ -55,8 +56,17 @@ def test_table_holds_every_record_with_peers_in_order(tmp_path):
             assert row[4 + len(peers) + i] == (f"{us / t:.2f}" if us is not None else "-")
 
 
+def test_one_ceiling_shows_once(tmp_path):
+    rng = random.Random(torch.initial_seed())
+    records = [_record(c, rng, {}) for c in ("x", "y")]
+    for r in records:
+        r["ceiling_gbs"] = records[0]["ceiling_gbs"]
+    _write(tmp_path / "dev", "k", records)
+    assert f"copy ceiling {records[0]['ceiling_gbs']:.0f} GB/s)" in baseline_table.tables(["k"], "dev", tmp_path)[0]
+
+
 def test_kernels_without_baselines_are_named_and_fail_the_run(tmp_path, capsys):
-    _write(tmp_path / "dev", "present", [_record("c", random.Random(), {})])
+    _write(tmp_path / "dev", "present", [_record("c", random.Random(torch.initial_seed()), {})])
     assert baseline_table.kernels_with_baselines("dev", tmp_path) == ["present"]
     assert baseline_table.main(["--device", "dev", "--baseline-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith("### present ")

@@ -42,10 +42,11 @@ Every path takes no host sync and is CUDA-graph capturable; B, V and the row str
 naming the argument before anything is written. B == 0 launches nothing.
 
 Concurrency: launches on one stream share that stream's counters and run in order. A captured CUDA
-graph keeps the counters of the stream it was captured on: two graphs captured on one stream must
-not be replayed concurrently on different streams (kernels/interface.py: stream_counters). Capture
-after one call outside the capture with at least as many rows (a warm-up): it sets the zeroed
-counters aside that a capture takes (RuntimeError otherwise, before anything is written).
+graph keeps the counters of the stream it was captured on: do not replay it concurrently with
+another graph captured on that stream or with calls on that stream (kernels/interface.py:
+stream_counters). A capture takes zeroed counters that calls outside any capture set aside: before
+capturing, make one such call on the device with at least as many rows (a warm-up; RuntimeError
+otherwise, before anything is written).
 """
 
 from __future__ import annotations

@@ -509,6 +509,6 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, kernel
     each must find its rows' arrival counters zero, whatever the pool's memory held before."""
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
-    stream, pool, _holder = dirty_graph_pool(device, 4 * interface._MIN_COUNTERS)
+    stream, pool, _holder = dirty_graph_pool(device)
     check = lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params)  # noqa: E731
     assert_graphs_replay_in_any_order(api.fused_sample, [1, 32], device, check, stream, pool)

@@ -25,10 +25,12 @@ is one launch: the per-row reduction's blocks count their arrivals in a per-stre
 (kernels/interface.py: stream_counters, zeroed once and left zero by every launch) and the last to
 arrive compacts the flags. Larger batches, and the Ascend backend, take two launches (per-row
 reduction, then a one-block compaction). The compaction is deterministic either way. Column mode is
-a zero fill and one launch. No host sync anywhere, so both modes are CUDA-graph capturable after
-one row-mode call outside the capture has set zeroed counters aside (a warm-up; RuntimeError
-otherwise), and a graph captured on one stream must not be replayed concurrently on another: they
-would share the counter. CPU tensors are served by the PyTorch
+a zero fill and one launch. No host sync anywhere, so both modes are CUDA-graph capturable. A
+captured one-launch call takes zeroed counters that calls outside any capture set aside: before
+capturing, make one such call on the device (of a kernel that keeps counters: this one-launch row
+mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps the counter of the
+stream it was captured on: do not replay it concurrently with another graph captured on that
+stream or with calls on that stream. CPU tensors are served by the PyTorch
 reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
 written. T == 0 launches no kernel: the outputs are empty, and count / counts are zeros (a torch
 fill, or a fresh zeros tensor).

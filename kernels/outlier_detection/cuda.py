@@ -4,6 +4,8 @@
     rows(x, threshold, absmax, flag)             # per row: absmax, flag
     compact = outlier_compact_tl()
     compact(flag, flagged_rows, count)           # ascending flagged ids, -1 padded, and their count
+    one = outlier_rows_compact_tl(D, dtype, x_stride, x_align=...)
+    one(x, threshold, absmax, flag, flagged_rows, count, arrivals)   # both in one launch
 
     columns = outlier_columns_tl(D, dtype, x_stride, x_align=...)
     columns(x, threshold, counts)                # counts[j] += rows with |x[:, j]| > threshold
@@ -15,18 +17,23 @@ threshold     (1,) float32 on the device: read by the kernels, so it can change 
               graph replays) without a recompile.
 absmax        (t,) float32; flag (t,) bool; flagged_rows (t,) int32; count (1,) int32; counts (D,)
               int32. All contiguous.
+arrivals      (>= 1,) int32, arrivals[0] zero before the launch; the launch leaves it zero
+              (kernels/interface.py: stream_counters keeps one per stream).
 
 Semantics are `kernels.outlier_detection.ref` (the contract), bit for bit: |x| is widened to fp32
 exactly; the row max uses fmaxf, which drops NaN, so absmax ignores NaN and keeps Inf; NaN is
 tracked separately; flag = NaN seen or absmax == inf or absmax > threshold. Maxima, ORs and
 integer sums do not depend on the reduction order, so every output is deterministic.
 
-The row mode is two launches on one stream: `outlier_rows_tl` writes absmax and flag per row, then
-`outlier_compact_tl`, one block of 1024 threads, walks the flags in chunks, places each flagged id
-at its exclusive prefix sum (warp shuffles, then the per-warp totals from shared memory, all in a
-fixed order: no atomics), pads with -1 and writes the count. A single launch would need the blocks
-to publish their flag counts to each other (a decoupled look-back or a last-block-done counter),
-which needs a zeroed global workspace and atomics; the second launch reads only t bytes from L2.
+The row mode has two forms. Two launches on one stream: `outlier_rows_tl` writes absmax and flag
+per row, then `outlier_compact_tl`, one block of 1024 threads, walks the flags in chunks, places
+each flagged id at its exclusive prefix sum (warp shuffles, then the per-warp totals from shared
+memory, all in a fixed order: no atomics), pads with -1 and writes the count. One launch,
+`outlier_rows_compact_tl`: the same row blocks, each counting itself in on `arrivals[0]` (one
+acquire-release atomic a block), and the last to arrive runs the same compaction with its own
+threads and zeroes the counter. The compaction's order, and so every output, is the same in both.
+One launch wins for decode batches; from about 4096 rows one block walking every flag costs more
+than the second launch (kernels/outlier_detection/PERF.md), hence api.ONE_LAUNCH_MAX_ROWS.
 
 The column mode is one launch that adds into `counts`, which the caller zeroes first (the
 interface does, with torch's zero_ on the same stream): each thread counts its column vector over

@@ -604,7 +604,8 @@ def test_device_one_launch_edges_and_counter(device, t):
 
         torch.cuda.synchronize(device)
         mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == "detect_outlier_rows"]
-        assert mine and all(int(c.count_nonzero()) == 0 for c in mine)
+        assert mine or t > api.ONE_LAUNCH_MAX_ROWS, "the one-launch kernel ran without the stream's counter"
+        assert all(int(c.count_nonzero()) == 0 for c in mine)
 
 
 @pytest.mark.device
@@ -621,7 +622,7 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
     xs = {t: random_rows(t, d, torch.bfloat16, device=device) for t in sizes}
     outs = {t: _row_outputs(t, device) for t in sizes}
     threshold = torch.tensor([3.5], device=device)
-    stream, pool, _holder = dirty_graph_pool(device, 4 * interface._MIN_COUNTERS)
+    stream, pool, _holder = dirty_graph_pool(device)
     for t in sizes:
         api.detect_outlier_rows(xs[t], threshold, out=outs[t])  # the warm-up outside any capture
     graphs = {t: torch.cuda.CUDAGraph() for t in sizes}

@@ -1,6 +1,7 @@
 """NVIDIA TileLang implementation of `quant`: FP8 / FP4 quantisation and dequantisation to bf16.
 
     quant_fp8_group_tl(D, group, dtype, ue8m0, scale_layout, x_stride, x_align=...)(x, q, scale)
+    quant_fp8_group_decode_tl(...)                   # the same, in the launch shape for decode batches
     quant_fp8_token_tl(D, dtype, ue8m0, scale_layout, x_stride, x_align=...)(x, q, scale)
     quant_fp8_block_tl(K, dtype, ue8m0, w_stride, x_align=...)(w, q, scale)
     quant_fp4_e4m3_tl(D, dtype, x_stride, x_align=...)(x, global_scale, packed, scale)
@@ -295,12 +296,9 @@ def _check_layout(name: str, layout: str) -> None:
 
 
 @tilelang.jit
-def quant_fp8_group_tl(
-    D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16, thread_bytes: int = _THREAD_BYTES
-):
-    """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128).
-    thread_bytes: input bytes a thread holds in flight (quant_fp8_group_decode_tl takes fewer)."""
-    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, thread_bytes)
+def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+    """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128)."""
+    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _THREAD_BYTES)
 
 
 @tilelang.jit
@@ -311,7 +309,8 @@ def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale
 
 
 def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, x_align: int, thread_bytes: int):
-    """The per-token-group FP8 prim_func both launch shapes compile."""
+    """The per-token-group FP8 prim_func both launch shapes compile; thread_bytes: input bytes a
+    thread holds in flight."""
     elem = row_elements("quant_fp8_group", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_group", scale_layout)
     if group not in FP8_GROUPS or D % group:
