@@ -600,12 +600,18 @@ def test_device_one_launch_edges_and_counter(device, t):
         x = sprinkle(random_rows(t, 7168, torch.bfloat16, device=device), fraction=0.05 * i)
         _check_rows(x, 3.5, f"launch {i} T={t}")
     if torch.device(device).type == "cuda":
-        from kernels import interface
-
-        torch.cuda.synchronize(device)
-        mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == "detect_outlier_rows"]
+        mine = _counters_left_zero(device)
         assert mine or t > api.ONE_LAUNCH_MAX_ROWS, "the one-launch kernel ran without the stream's counter"
-        assert all(int(c.count_nonzero()) == 0 for c in mine)
+
+
+def _counters_left_zero(device) -> list[torch.Tensor]:
+    """Every counter array of detect_outlier_rows once the device is idle, each asserted all zero."""
+    from kernels import interface
+
+    torch.cuda.synchronize(device)
+    mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == "detect_outlier_rows"]
+    assert all(int(c.count_nonzero()) == 0 for c in mine), "a launch left its arrival counter nonzero"
+    return mine
 
 
 @pytest.mark.device
@@ -616,8 +622,6 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
     (a stale count skips the compaction and leaves the poison)."""
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
-    from kernels import interface
-
     sizes, d = [8, 64], 7168
     xs = {t: random_rows(t, d, torch.bfloat16, device=device) for t in sizes}
     outs = {t: _row_outputs(t, device) for t in sizes}
@@ -636,6 +640,7 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
         graphs[t].replay()
         for name, g, e in zip(api.ROW_OUTPUTS, outs[t], ref.outlier_rows_ref(xs[t], threshold)):
             (assert_flag_equal if name == "flag" else assert_bitwise_equal)(g, e, what=f"replay {i} T={t} {name}")
+    assert _counters_left_zero(device)
 
 
 @pytest.mark.device
