@@ -424,6 +424,32 @@ def refresh_jsonl(path: Path | str, new_records: Iterable[Mapping[str, Any]]) ->
     return merged
 
 
+def refresh_profiles(
+    records: Sequence[Mapping[str, Any]],
+    slug: str,
+    kernels: Sequence[str],
+    *,
+    baselines: bool,
+    memory: bool,
+    baseline_dir: Path | None = None,
+    memory_dir: Path | None = None,
+) -> list[Path]:
+    """Merge measured records (no errors) into each kernel's baseline and / or memory-profile file
+    of device `slug` (replacing their case ids, keeping the other cases); the files written."""
+    written = []
+    for dirname, wanted, override, shape in (
+        (BASELINES_DIRNAME, baselines, baseline_dir, dict),
+        (MEM_PROFILES_DIRNAME, memory, memory_dir, memory_profile_record),
+    ):
+        if not wanted:
+            continue
+        for k in kernels:
+            path = (override / slug / f"{k}.jsonl") if override else profile_file(write_root(), dirname, slug, k)
+            refresh_jsonl(path, [shape(r) for r in records if r["kernel"] == k])
+            written.append(path)
+    return written
+
+
 def memory_profile_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "kernel": record["kernel"],
@@ -1003,16 +1029,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {rep.record['kernel']}/{rep.record['case_id']}: {', '.join(what)}")
 
     good = [r for r in records if not r.get("error")]
-    if args.refresh_baselines:
-        for k in kernels:
-            path = (base_override / slug / f"{k}.jsonl") if base_override else profile_file(write_root(), BASELINES_DIRNAME, slug, k)
-            refresh_jsonl(path, [r for r in good if r["kernel"] == k])
-            print(f"refreshed {path}")
-    if args.refresh_memory:
-        for k in kernels:
-            path = (mem_override / slug / f"{k}.jsonl") if mem_override else profile_file(write_root(), MEM_PROFILES_DIRNAME, slug, k)
-            refresh_jsonl(path, [memory_profile_record(r) for r in good if r["kernel"] == k])
-            print(f"refreshed {path}")
+    for path in refresh_profiles(
+        good, slug, kernels, baselines=args.refresh_baselines, memory=args.refresh_memory, baseline_dir=base_override, memory_dir=mem_override
+    ):
+        print(f"refreshed {path}")
 
     status = exit_status(reports, refresh_baselines=args.refresh_baselines, refresh_memory=args.refresh_memory)
     if not_run:

@@ -8,7 +8,10 @@
 # TEST_K (optional) is passed to pytest as -k. A bench entry KERNEL:FILTER runs only the cases whose
 # id contains FILTER (--cases-filter); the baseline file merges per case, so a kernel whose bench
 # does not fit one process can be listed several times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
-# A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run.
+# A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run. Back here, fold the
+# measured cases of one or more calls into the tree with
+#   python3 -m testing.device_results CALL1/results.tar CALL2/results.tar
+# (extracting a call's baselines.tar would also put back the cases other calls refreshed).
 #
 # Several branches in one call: an entry TREE/KERNEL (tests and benches alike) runs in the source
 # tree .gpu/trees/TREE instead of the checkout. Make each tree here before the call, e.g.
