@@ -303,27 +303,31 @@ def stream_counters(owner: str, device: torch.device, n: int) -> torch.Tensor:
     return fresh
 
 
-def _arena_low(device: torch.device) -> bool:
+def _arena_free(device: torch.device) -> int:
+    """Counters the device's arena can still hand out (0 before the first call outside a capture)."""
     arena = _ARENAS.get(device.index)
-    return arena is None or arena[0].numel() - arena[1] < _ARENA_COUNTERS // 2
+    return 0 if arena is None else arena[0].numel() - arena[1]
+
+
+def _arena_low(device: torch.device) -> bool:
+    return _arena_free(device) < _ARENA_COUNTERS // 2
 
 
 def _top_up_arena(device: torch.device, size: int) -> None:
     """Outside a capture: make sure the device's arena can serve a capture's request of `size`."""
-    arena = _ARENAS.get(device.index)
-    if arena is None or arena[0].numel() - arena[1] < max(size, _ARENA_COUNTERS // 2):
+    if _arena_free(device) < max(size, _ARENA_COUNTERS // 2):
         # The old arena stays alive through the slices it handed out.
         _ARENAS[device.index] = [torch.zeros(max(_ARENA_COUNTERS, 2 * size), dtype=torch.int32, device=device), 0]
 
 
 def _from_arena(owner: str, device: torch.device, size: int) -> torch.Tensor:
-    arena = _ARENAS.get(device.index)
-    if arena is None or arena[0].numel() - arena[1] < size:
+    if _arena_free(device) < size:
         raise RuntimeError(
             f"{owner}: first call on this stream of {device} inside a CUDA graph capture, and no zeroed "
             f"counters ({size}) were set aside outside a capture; call {owner} once outside any capture "
             "on this device (a warm-up run, with at least as many rows) before capturing"
         )
+    arena = _ARENAS[device.index]
     first = arena[1]
     arena[1] += size
     return arena[0][first : first + size]

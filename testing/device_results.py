@@ -39,12 +39,13 @@ def merge(results_tars: Sequence[Path | str], baseline_dir: Path | None = None, 
     lines = []
     for results in results_tars:
         for member, payload in bench_payloads(results):
-            good = [r for r in payload.get("records") or [] if not r.get("error")]
+            records = payload.get("records") or []
+            good = [r for r in records if not r.get("error")]
             kernels = sorted({r["kernel"] for r in good})
             refresh_profiles(
                 good, payload["device_slug"], kernels, baselines=True, memory=True, baseline_dir=baseline_dir, memory_dir=memory_dir
             )
-            skipped = len(payload.get("records") or []) - len(good)
+            skipped = len(records) - len(good)
             cases = ", ".join(f"{r['kernel']}/{r['case_id']}" for r in good) or "no cases"
             lines.append(f"{results}:{member}: {cases}" + (f" ({skipped} with errors skipped)" if skipped else ""))
     return lines

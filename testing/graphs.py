@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Mapping
+
 import torch
 
 
@@ -24,3 +26,21 @@ def dirty_graph_pool(device, nbytes: int = SMALL_POOL_BYTES, word: int = 0x5A5A5
     torch.cuda.synchronize(device)
     del junk
     return stream, pool, holder
+
+
+def capture_each_after_warm_up(calls: Mapping[Hashable, Callable[[], object]], stream, pool) -> dict:
+    """{key: graph}: every call once outside any capture (the warm-up a serving engine runs), then
+    each captured into its own graph on `stream` into `pool`, in the mapping's order."""
+    for call in calls.values():
+        call()
+    graphs = {key: torch.cuda.CUDAGraph() for key in calls}
+    for key, call in calls.items():
+        with torch.cuda.graph(graphs[key], pool=pool, stream=stream):
+            call()
+    return graphs
+
+
+def later_first(keys) -> list:
+    """A replay order for graphs captured in `keys` order: the last captured first, then in order."""
+    keys = list(keys)
+    return [*keys[::-1], *keys]

@@ -500,7 +500,11 @@ def test_device_cuda_graph_replay(device, kernel_form, backend, B):
     # Captured once, replayed with new logits, parameters and counters: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
-    assert_graph_replays(api.fused_sample, B, device, lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params))
+    assert_graph_replays(api.fused_sample, B, device, _assert_out_matches)
+
+
+def _assert_out_matches(out, logits, params):
+    _assert_matches(sampler_api.SamplerOutput(*out), logits, params)
 
 
 @pytest.mark.device
@@ -510,5 +514,4 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, kernel
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
     stream, pool, _holder = dirty_graph_pool(device)
-    check = lambda out, logits, params: _assert_matches(sampler_api.SamplerOutput(*out), logits, params)  # noqa: E731
-    assert_graphs_replay_in_any_order(api.fused_sample, [1, 32], device, check, stream, pool)
+    assert_graphs_replay_in_any_order(api.fused_sample, [1, 32], device, _assert_out_matches, stream, pool)

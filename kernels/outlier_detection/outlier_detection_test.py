@@ -8,6 +8,7 @@ Every output is exact (maxima, comparisons, ids and counts), so every comparison
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from kernels.outlier_detection import api, ref
-from testing.graphs import dirty_graph_pool
+from testing.graphs import capture_each_after_warm_up, dirty_graph_pool, later_first
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 DTYPES = list(api.DTYPES)
@@ -627,13 +628,9 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
     outs = {t: _row_outputs(t, device) for t in sizes}
     threshold = torch.tensor([3.5], device=device)
     stream, pool, _holder = dirty_graph_pool(device)
-    for t in sizes:
-        api.detect_outlier_rows(xs[t], threshold, out=outs[t])  # the warm-up outside any capture
-    graphs = {t: torch.cuda.CUDAGraph() for t in sizes}
-    for t in sizes:
-        with torch.cuda.graph(graphs[t], pool=pool, stream=stream):
-            api.detect_outlier_rows(xs[t], threshold, out=outs[t])
-    for i, t in enumerate(sizes[::-1] + sizes):
+    calls = {t: functools.partial(api.detect_outlier_rows, xs[t], threshold, out=outs[t]) for t in sizes}
+    graphs = capture_each_after_warm_up(calls, stream, pool)
+    for i, t in enumerate(later_first(sizes)):
         xs[t].copy_(sprinkle(random_rows(t, d, torch.bfloat16), fraction=0.1).to(device))
         for o, fresh in zip(outs[t], _row_outputs(t, device)):
             o.copy_(fresh)

@@ -11,6 +11,7 @@ import math
 import torch
 
 from kernels.sampler import ref
+from testing.graphs import capture_each_after_warm_up, later_first
 from testing.numeric import assert_bitwise_equal, poisoned
 
 I64 = torch.int64
@@ -153,13 +154,8 @@ def assert_graphs_replay_in_any_order(interface, sizes, device, check, stream, p
     into `pool` after one warm-up call each outside the capture (what a serving engine does), then
     replayed in reverse order and again in order."""
     calls = {B: _graph_call(interface, B, device) for B in sizes}
-    for call, _ in calls.values():
-        call()
-    graphs = {B: torch.cuda.CUDAGraph() for B in sizes}
-    for B, (call, _) in calls.items():
-        with torch.cuda.graph(graphs[B], pool=pool, stream=stream):
-            call()
-    for B in [*sizes[::-1], *sizes]:
+    graphs = capture_each_after_warm_up({B: call for B, (call, _) in calls.items()}, stream, pool)
+    for B in later_first(sizes):
         _replay_and_check(graphs[B], calls[B][1], device, check)
 
 
