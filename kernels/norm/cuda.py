@@ -40,7 +40,8 @@ its vectors first, accumulates their squares, the row's threads reduce with warp
 rows wider than a warp, one shared-memory exchange of the per-warp sums (every thread adds them in
 the same order, so all get the same total); then each thread scales the values it still holds and
 stores them (the fused kernels' threads hold at most two 16-byte vectors of each operand,
-_FUSED_OPERAND_BYTES: twice the threads a row). x (and residual) are read from global memory exactly once; the weight is read in the
+_FUSED_OPERAND_BYTES: twice the threads a row; add_rmsnorm's hold one where a row then takes at
+most 512 lanes, add_norm_config). x (and residual) are read from global memory exactly once; the weight is read in the
 scale pass, after the barrier (loading it with x would hold a weight vector per step in registers,
 which spills at the register cap below for several widths). So that this read finds it in L2, the
 fused kernel's first threads prefetch the weight's lines into L2 as x's loads go out (one
@@ -139,6 +140,11 @@ _MAX_STEPS = 8
 # 2026-12-01, kernels/norm/PERF.md): 1-7% faster at 1 to 256 rows, as fast at 1024 and 16384; the
 # plain kernels lose from 1024 rows on, so they keep the budget's shape.
 _FUSED_OPERAND_BYTES = 32
+# add_rmsnorm's threads hold a single 16-byte vector of each operand when that takes at most this
+# many lanes a row (D <= 4096 in 16-bit types): same-run probe on the H200 (bf16, 2026-12-02,
+# kernels/norm/PERF.md), at 4096 2.3% faster at 16384 rows and 6.6% at 1024, at 1024 9-10% faster
+# at 1 and 64 rows, never slower. Wider rows keep two (one vector of 7168 takes 896 lanes).
+_ONE_VECTOR_MAX_LANES = 512
 # Short rows share a block of at least this many threads.
 _BLOCK_THREADS = 128
 _MAX_THREADS = 1024
@@ -225,6 +231,18 @@ def norm_config(
         steps=-(-row_vectors // threads_per_row),
         min_blocks_per_sm=max(1, _RESIDENT_THREADS // threads),
     )
+
+
+def add_norm_config(
+    D: int, dtype: str, x_stride: int, x_align: int = 16, threads: int | None = None, max_steps: int | None = None
+) -> NormConfig:
+    """add_rmsnorm_tl's launch shape: norm_config's fused budget, with one 16-byte vector of each
+    operand a thread where the row then takes at most _ONE_VECTOR_MAX_LANES lanes, else
+    _FUSED_OPERAND_BYTES (max_steps, when given, decides alone)."""
+    one = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, operand_bytes=_MAX_VECTOR_BYTES)
+    if max_steps is not None or one.threads_per_row <= _ONE_VECTOR_MAX_LANES:
+        return one
+    return norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, operand_bytes=_FUSED_OPERAND_BYTES)
 
 
 def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
@@ -481,7 +499,7 @@ def add_rmsnorm_tl(
     max_steps: int | None = None,
 ):
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
-    cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=True, operand_bytes=_FUSED_OPERAND_BYTES)
+    cfg = add_norm_config(D, dtype, x_stride, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
     prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")

@@ -20,6 +20,7 @@ as NaN whatever its sign (ref.py: the sign of a NaN is not part of the contract)
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -646,12 +647,12 @@ _ELEM_DTYPE = {2: "bfloat16", 4: "float32"}
 FACTORIES = ("rmsnorm_tl", "add_rmsnorm_tl")
 
 
-def _worst_case_steps(backend_module, configs, residual: bool, **shape) -> dict[tuple[int, int], int]:
-    """{(element bytes, vector bytes): most vectors per thread} over the given factory arguments
-    (`shape`: norm_config's further keywords)."""
+def _worst_case_steps(config_of, configs) -> dict[tuple[int, int], int]:
+    """{(element bytes, vector bytes): most vectors per thread} over the given factory arguments,
+    config_of(D, dtype, x_stride, x_align) giving the launch shape."""
     worst: dict[tuple[int, int], int] = {}
     for d, dtype, stride, align in configs:
-        cfg = backend_module.norm_config(d, dtype, stride, align, residual=residual, **shape)
+        cfg = config_of(d, dtype, stride, align)
         key = (4 if dtype == "float32" else 2, cfg.vector_bytes)
         worst[key] = max(worst.get(key, 0), cfg.steps)
     return worst
@@ -662,20 +663,20 @@ def _worst_case_steps(backend_module, configs, residual: bool, **shape) -> dict[
 def test_cuda_shipped_configs_cover_every_reachable_width(residual):
     # Register pressure grows with the vectors a thread holds: for every (element size, vector
     # width) class that any D in 1..16384 and any alignment reach, the shipped set must hold that
-    # class's worst case (which the spill test then compiles). The fused kernel's shape also caps
-    # the bytes of each operand a thread holds.
+    # class's worst case (which the spill test then compiles). The fused kernel's shape is
+    # add_norm_config's.
     from kernels.norm import cuda
 
-    shape = {"operand_bytes": cuda._FUSED_OPERAND_BYTES} if residual else {}
+    config_of = cuda.add_norm_config if residual else functools.partial(cuda.norm_config, residual=False)
     reachable = [(d, _ELEM_DTYPE[e], d, a) for e in (2, 4) for a in _ALIGNS if a >= e for d in range(1, cuda.MAX_D + 1)]
     shipped = cuda.norm_shipped_configs()
-    assert _worst_case_steps(cuda, shipped, residual, **shape) == _worst_case_steps(cuda, reachable, residual, **shape)
+    assert _worst_case_steps(config_of, shipped) == _worst_case_steps(config_of, reachable)
     assert {c[1] for c in shipped} == set(api.DTYPES.values())
     # Every reachable configuration holds at most 32 registers' worth of row data per thread, in
     # one block of at most 1024 threads.
     inputs = 2 if residual else 1
     for d, dtype, stride, align in reachable:
-        cfg = cuda.norm_config(d, dtype, stride, align, residual=residual, **shape)
+        cfg = config_of(d, dtype, stride, align)
         words = cfg.steps * max(cfg.vector_elems, cfg.vector_bytes * inputs // 4)
         assert cfg.threads <= 1024 and words <= 32, (d, dtype, align, cfg)
 
