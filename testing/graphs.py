@@ -44,3 +44,14 @@ def later_first(keys) -> list:
     """A replay order for graphs captured in `keys` order: the last captured first, then in order."""
     keys = list(keys)
     return [*keys[::-1], *keys]
+
+
+def counters_left_zero(owner: str, device) -> list[torch.Tensor]:
+    """Every stream-counter array of `owner` (kernels/interface.py: stream_counters) once the device
+    is idle, each asserted all zero: what the owner's kernels must leave after every launch."""
+    from kernels import interface
+
+    torch.cuda.synchronize(device)
+    mine = [c for (name, *_), c in interface._STREAM_COUNTERS.items() if name == owner]
+    assert all(int(c.count_nonzero()) == 0 for c in mine), f"a launch of {owner} left an arrival counter nonzero"
+    return mine

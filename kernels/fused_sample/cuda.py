@@ -96,7 +96,7 @@ from tilelang.transform import PassConfigKey
 
 from kernels.fused_sample.ref import CHUNK, LIST_CAP, check_config, fused_sample_shipped_configs
 from kernels.interface import INT32_MAX
-from kernels.random_sampling.cuda import PASS_CONFIGS, exponential_noise, noise_bits, noise_row_keys, take_if_better
+from kernels.random_sampling.cuda import PASS_CONFIGS, arrive, exponential_noise, noise_bits, noise_row_keys, read_l2, take_if_better
 from kernels.sampler.cuda import (
     _BINS,
     _DONE,
@@ -183,9 +183,8 @@ _RADIX_PASSES = tuple((d, 24 - 8 * d, ((1 << (8 * d)) - 1) << (32 - 8 * d)) for 
 
 
 def _l2(buf, i, j):
-    """buf[i, j] read from L2 (__ldcg): another block wrote it during this launch, and this SM's L1
-    may hold a stale copy of the line (L1 is not coherent across SMs)."""
-    return T.call_extern(buf.dtype, "__ldcg", buf.access_ptr("r", offset=i * buf.shape[1] + j))
+    """buf[i, j] read from L2: another block wrote it during this launch (read_l2)."""
+    return read_l2(buf, i * buf.shape[1] + j)
 
 
 def _add(a, b):
@@ -757,11 +756,7 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                 chunk_i[rec, 1] = T.cast(fin64[0], "int32")
                 # Finite entries whose s all underflowed to -inf bound nothing: an overflow.
                 chunk_i[rec, 2] = T.if_then_else(fin64[0] > T.int64(0) and m == -T.infinity("float32"), LIST_CAP + 1, listed[0])
-                slot[0] = T.atomic_add(arrivals[bx], 1, memory_order="acq_rel", return_prev=True)
-                last[0] = T.cast(slot[0] == n_chunks - 1, "int32")
-                if slot[0] == n_chunks - 1:
-                    # Every chunk of the row has arrived: no block touches the counter again.
-                    arrivals[bx] = 0
+                arrive(arrivals, bx, n_chunks, slot, last)
             T.sync_threads()
 
             # The last block of the row finishes it.

@@ -19,7 +19,6 @@ import types
 import pytest
 import torch
 
-from kernels import interface
 from kernels.fused_sample import api, ref
 from kernels.sampler import api as sampler_api
 from kernels.sampler import ref as sampler_ref
@@ -35,7 +34,7 @@ from kernels.sampler.sampler_testlib import (
     mixed_params,
     poisoned_out,
 )
-from testing.graphs import dirty_graph_pool
+from testing.graphs import counters_left_zero, dirty_graph_pool
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes
 
 # ----------------------------------------------------------------------------------------------------
@@ -482,9 +481,7 @@ def test_device_counters_left_zero(device, kernel_form, backend):
     params = mixed_params(B, V, device)
     for _ in range(3):
         _sample_and_check(logits, params)
-    torch.cuda.synchronize(device)
-    mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == api.NAME]
-    assert mine and all(int(c.count_nonzero()) == 0 for c in mine)
+    assert counters_left_zero(api.NAME, device)
 
 
 @pytest.mark.device

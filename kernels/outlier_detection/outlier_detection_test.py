@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kernels.outlier_detection import api, ref
-from testing.graphs import capture_each_after_warm_up, dirty_graph_pool, later_first
+from testing.graphs import capture_each_after_warm_up, counters_left_zero, dirty_graph_pool, later_first
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 DTYPES = list(api.DTYPES)
@@ -601,18 +601,8 @@ def test_device_one_launch_edges_and_counter(device, t):
         x = sprinkle(random_rows(t, 7168, torch.bfloat16, device=device), fraction=0.05 * i)
         _check_rows(x, 3.5, f"launch {i} T={t}")
     if torch.device(device).type == "cuda":
-        mine = _counters_left_zero(device)
+        mine = counters_left_zero("detect_outlier_rows", device)
         assert mine or t > api.ONE_LAUNCH_MAX_ROWS, "the one-launch kernel ran without the stream's counter"
-
-
-def _counters_left_zero(device) -> list[torch.Tensor]:
-    """Every counter array of detect_outlier_rows once the device is idle, each asserted all zero."""
-    from kernels import interface
-
-    torch.cuda.synchronize(device)
-    mine = [c for (owner, *_), c in interface._STREAM_COUNTERS.items() if owner == "detect_outlier_rows"]
-    assert all(int(c.count_nonzero()) == 0 for c in mine), "a launch left its arrival counter nonzero"
-    return mine
 
 
 @pytest.mark.device
@@ -637,7 +627,7 @@ def test_device_graphs_captured_on_one_stream_replay_in_any_order(device, backen
         graphs[t].replay()
         for name, g, e in zip(api.ROW_OUTPUTS, outs[t], ref.outlier_rows_ref(xs[t], threshold)):
             (assert_flag_equal if name == "flag" else assert_bitwise_equal)(g, e, what=f"replay {i} T={t} {name}")
-    assert _counters_left_zero(device)
+    assert counters_left_zero("detect_outlier_rows", device)
 
 
 @pytest.mark.device

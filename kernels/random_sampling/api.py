@@ -22,13 +22,27 @@ Returns token (B,) int64: the sampled id, ties to the lowest id; -1 for a row wi
 exponential_noise returns the library's (B, vocab_size) float32 Exp(1) noise on seed's device (the
 reference computes it; for callers that want to apply the same noise themselves).
 
-CUDA tensors run one TileLang kernel per call (one block per request, no host sync: CUDA-graph
-capturable; B, V and the row stride are dynamic, one compile per source, dtype and load width).
-CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
-naming the argument before anything is written. B == 0 launches nothing.
+CUDA tensors run one TileLang kernel per call (kernels/random_sampling/cuda.py). Mostly the chunked
+kernel: every row is cut into chunks of ref.CHUNK entries, one block each, and the last block of a
+row to finish folds the chunks' winners, with a workspace from the caching allocator (no launch:
+B * ceil(V / ref.CHUNK) * 8 bytes) and a per-device, per-stream counter array. Batches whose last
+wave of one row an SM is nearly full (use_row_kernel) take the row kernel, one block a row and no
+workspace. Tokens are the same either way (the contract's). No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one compile per source, dtype and load
+width. Ascend tensors run one block per request (kernels/random_sampling/asc.py). CPU tensors are
+served by the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the
+argument before anything is written. B == 0 launches nothing.
+
+Concurrency (CUDA): launches on one stream share that stream's counters and run in order. A
+captured CUDA graph keeps the counters of the stream it was captured on: do not replay it
+concurrently with another graph captured on that stream or with calls on that stream
+(kernels/interface.py: stream_counters). A capture takes zeroed counters that calls outside any
+capture set aside: before capturing, make one such call on the device with at least as many rows
+(a warm-up; RuntimeError otherwise, before anything is written).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -43,11 +57,18 @@ from kernels.interface import (
     check_tensor,
     dense_rows,
     is_host,
+    stream_counters,
 )
 from kernels.random_sampling import ref
 
 __all__ = ["exponential_noise", "random_sample_logits", "random_sample_probs"]
 
+# The owner of this kernel's stream counters (kernels/interface.py).
+NAME = "random_sampling"
+# The row kernel (one block a row) is 7-24% faster an entry than the chunked one, but runs in
+# waves of one row an SM: it takes B rows when its last wave is at least this full (1 / 1.25).
+# Same-run H200 probe at 1 to 512 rows in kernels/random_sampling/PERF.md.
+ROW_KERNEL_WAVE_FILL = 0.8
 # torch dtype -> the element type name the backend factories take, per source.
 PROBS_DTYPES = {torch.float32: "float32"}
 LOGITS_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
@@ -78,17 +99,41 @@ def _sample(name: str, source: str, x, dtypes, seed, offset, temperature, out) -
         else:
             token.copy_(ref.random_sample_logits_ref(x, seed, offset, temperature))
         return token
-    tl = backend_ops(name, x)
+    ops = backend_ops(name, x).ops
     xk, row_stride = dense_rows(x)
     dtype = dtypes[x.dtype]
-    kernel = tl.ops.random_sample_tl(source, dtype, ref.vector_elements(dtype, row_stride, base_alignment(xk)))
+    config = (source, dtype, ref.vector_elements(dtype, row_stride, base_alignment(xk)))
     if temperature is None:
         # The probs kernel never reads it (and the logits kernel's default is t = 1): a plain
         # allocation for probs, a fill for logits, both capturable.
         shape = (n,)
         temperature = torch.empty(shape, dtype=torch.float32, device=x.device) if source == "probs" else torch.ones(shape, dtype=torch.float32, device=x.device)
-    kernel(xk, seed, offset, temperature, token)
+    if x.device.type != "cuda" or use_row_kernel(n, _multiprocessors(x.device)):
+        ops.random_sample_tl(*config)(xk, seed, offset, temperature, token)
+        return token
+    ops.random_sample_chunked_tl(*config)(xk, seed, offset, temperature, token, *_workspace(n, x.shape[1], x.device))
     return token
+
+
+def use_row_kernel(B: int, sms: int) -> bool:
+    """Whether B rows go to the row kernel on a GPU of `sms` SMs: when its last wave of one row an
+    SM is at least ROW_KERNEL_WAVE_FILL full."""
+    waves = -(-B // sms)
+    return B >= ROW_KERNEL_WAVE_FILL * waves * sms
+
+
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(chunk_key, chunk_id, arrivals) of kernels/random_sampling/cuda.py for B rows of V entries:
+    one uninitialised allocation (the kernel writes every record it reads) and the stream's
+    counters, which its last blocks leave zero."""
+    slots = B * -(-V // ref.CHUNK)
+    ws = torch.empty(2 * slots, dtype=torch.int32, device=device)
+    return ws[:slots].view(torch.float32), ws[slots:], stream_counters(NAME, device, B)
 
 
 def random_sample_probs(probs: torch.Tensor, seed: torch.Tensor, offset: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,8 +6,8 @@ NPU has run it.
     k(x, seed, offset, temperature, token)
 
 Arguments, dtypes, layouts and semantics are those of the CUDA factory
-(kernels/random_sampling/cuda.py) and of `kernels.random_sampling.ref` (the contract), token for
-token: the same uint32 noise, the same float32 keys (IEEE division and the accurate natural log),
+(kernels/random_sampling/cuda.py) without its workspace (chunk records and arrival counters: a row
+here stays on one core), and of `kernels.random_sampling.ref` (the contract), token for token: the same uint32 noise, the same float32 keys (IEEE division and the accurate natural log),
 argmax with ties to the lowest id. B, V and the row stride are dynamic. `vec` is accepted for
 signature parity and validated but unused: the global-memory side of an Ascend DMA is
 byte-granular, so rows need no alignment class.

@@ -1,7 +1,9 @@
 """NVIDIA TileLang implementation of `random_sampling`: exponential-race / Gumbel-max sampling with
 counter-based noise, and the noise macros other sampling kernels import.
 
-    k = random_sample_tl(source, dtype, vec)
+    k = random_sample_chunked_tl(source, dtype, vec)
+    k(x, seed, offset, temperature, token, chunk_key, chunk_id, arrivals)
+    k = random_sample_tl(source, dtype, vec)            # one block a row, no workspace
     k(x, seed, offset, temperature, token)
 
 source       "probs" or "logits" (what x holds; the rules are in kernels.random_sampling.ref).
@@ -11,6 +13,9 @@ x            (B, V) of `dtype` (probs: float32; logits: float32 or bfloat16), ro
 seed, offset (B,) int64: the per-request noise counters (device tensors: CUDA-graph safe).
 temperature  (B,) float32: read by the logits kernel only (the probs kernel ignores it).
 token        (B,) int64 output: the sampled id, or -1 for a row with nothing to sample.
+chunk_key    (>= B * ceil(V / ref.CHUNK),) float32 and chunk_id (same length) int32: workspace, one
+             record per chunk of a row (no value needed before the launch); chunked kernel only.
+arrivals     (>= B,) int32: zero before the launch, zero after it; chunked kernel only.
 
 Semantics are `kernels.random_sampling.ref` (the contract), token for token: the float32 keys are
 computed with the same operations (IEEE division, the accurate `logf` that torch.log also uses on
@@ -20,24 +25,38 @@ argmax with ties to the lowest id is a total order, so the reduction order canno
 B, V and the row stride are dynamic: one compile per (source, dtype, vec) serves every batch and
 vocabulary. B >= 1 and V >= 1 (the interface launches nothing otherwise).
 
-Speed: the hash, the logs and the division make the kernel arithmetic-bound, not bandwidth-bound
-(measured on an H200 from this kernel's generated source: about 60 us for a 129280-wide row of
-float32 or bfloat16 logits, 44 us for probs, the same for any B up to one row per SM; B = 512 took
-about 235 us). Splitting a row across blocks for small B is left to `fused_sample`.
+Each row is cut into chunks of ref.CHUNK entries, one block of _THREADS threads each (grid B x
+chunks), so a single request spreads over the SMs: the hash and the two logs of an entry make the
+kernel arithmetic-bound, and one block a row (the previous design) took about 58 us for any batch
+up to one row per SM (kernels/random_sampling/PERF.md). A block:
+  1. loads its chunk into registers (every load in flight before any is used; the V % vec entries
+     after the last whole vector go one a thread to the chunk that holds them);
+  2. takes the chunk's largest drawable value (one barrier): that entry's key is at least a bound
+     computed from it and the noise's range (p / 16.64, or l / t - 2.81), so an entry whose key
+     cannot reach the bound, or the thread's best so far, skips the noise (p * 1.678e7, or
+     l / t + 16.64, is below it): it cannot win, not even a tie;
+  3. folds the rest into the thread's best (ids ascending), a shuffle butterfly per warp and the
+     warps' winners in warp order;
+  4. writes the chunk's (key, id) record; thread 0's acquire-release add on arrivals[b] tells the
+     last block of the row, which resets the counter, reads the records through L2 and folds them
+     in chunk order into token[b].
+Entries that cannot be drawn (p <= 0, NaN, -inf logits) never get noise.
 
-One block of 1024 threads per row (grid = B): every thread derives the row's keys (k0, k1) from
-seed/offset once (four mix32 rounds: cheaper than a shared-memory broadcast and its barrier).
-Threads stride the row in vectors of `vec` elements, _UNROLL vectors loaded before any is used
-(several 16-byte loads in flight per thread), each keeping its best (key, id); the V % vec
-elements after the last whole vector go one per thread. Then a shuffle butterfly per warp
-and the per-warp winners, from shared memory, folded in warp order by thread 0. Entries that
-cannot win (p <= 0, NaN, -inf logits) skip the noise.
+The row kernel (random_sample_tl) is the chunked one's predecessor, kept for batches that fill the
+SMs' waves: one block of _ROW_THREADS threads a row, threads striding the row in rounds of _UNROLL
+vectors loaded before any is used, every drawable entry hashed (no bound), then the same folds.
+With no per-block set-up, barriers or records it is 7-24% faster an entry than the chunked kernel
+where a full wave of rows runs (H200, kernels/random_sampling/PERF.md), so it wins when its last
+wave of rows is nearly full; the interface chooses (api.ROW_KERNEL_WAVE_FILL).
 
 Noise macros for other kernels (`from kernels.random_sampling.cuda import ...`):
     noise_row_keys(seed, offset, keys)     keys: local (2,) uint32 <- (k0, k1); seed, offset int64
     noise_bits(v, keys, h)                 h: local (1,) uint32 <- bits(v) (v an int32 vocab id)
     exponential_noise(h)                   float32 E = -logf(u) of the bits in h[0]
     take_if_better(best_key, best_id, key, idx)   the fold step of a deterministic block argmax
+    arrive(arrivals, b, n, slot, last)     a block's arrival on row b's counter: last[0] <- whether
+                                           it is the n-th, which resets the counter
+    read_l2(buf, i)                        buf[i] through L2: what another block wrote this launch
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -47,6 +66,7 @@ import tilelang.language as T
 from tilelang.transform import PassConfigKey
 
 from kernels.random_sampling.ref import (
+    CHUNK,
     MIX_MUL1,
     MIX_MUL2,
     OFFSET_SALT,
@@ -59,12 +79,15 @@ from kernels.random_sampling.ref import (
 
 __all__ = [
     "PASS_CONFIGS",
+    "arrive",
     "exponential_noise",
     "mix32",
     "noise_bits",
     "noise_row_keys",
+    "random_sample_chunked_tl",
     "random_sample_tl",
     "random_sampling_shipped_configs",
+    "read_l2",
     "take_if_better",
 ]
 
@@ -72,12 +95,20 @@ __all__ = [
 # (__logf, approximate division, flush to zero). Kernels that use the noise macros pass these too.
 PASS_CONFIGS = {PassConfigKey.TL_ENABLE_FAST_MATH: False}
 
-_THREADS = 1024
+# Eight warps a block, several blocks an SM: short per-thread work (a chunk a block) hides the
+# loads' and the logs' latency across blocks.
+_THREADS = 256
 _WARP = 32
 _WARPS = _THREADS // _WARP
 # Shuffle rounds of a butterfly over one warp: log2(_WARP).
 _SHUFFLES = 5
-# Vectors a thread loads before using any: 4 x 16 B in flight, 16 registers of row data.
+# Entries a thread holds: CHUNK = _THREADS * _PER_THREAD (four 16-byte vectors of float32).
+_PER_THREAD = CHUNK // _THREADS
+_NAN = float("nan")
+# The row kernel: one block a row, threads striding it in rounds of _UNROLL vectors (4 x 16 B in
+# flight, 16 registers of row data).
+_ROW_THREADS = 1024
+_ROW_WARPS = _ROW_THREADS // _WARP
 _UNROLL = 4
 
 
@@ -129,9 +160,71 @@ def take_if_better(best_key, best_id, key, idx):
             best_id[0] = idx
 
 
+# The range of the noise (ref.py): E = -logf(u) lies in [5.9604645e-08, 16.635532] and log(E) in
+# [-16.635532, 2.8115408]. The constants below are float32 values at least 7e-5 outside those
+# ranges (far more than logf's rounding), so every bound built from them is conservative.
+# Every E is at least 5.96e-8, so p / E <= p * _INV_E_LOW (1 / 5.96e-8 = 16778523.49).
+_INV_E_LOW = 16780000.0
+# Every E is at most 16.6356, so p * _INV_E_HIGH <= p / E (1 / 16.6356 = 0.0601120).
+_INV_E_HIGH = 0.0601
+# -log(E) <= _NEG_LOG_E_HIGH and log(E) <= _LOG_E_HIGH.
+_NEG_LOG_E_HIGH = 16.6356
+_LOG_E_HIGH = 2.8116
+
+
+def read_l2(buf, i):
+    """Element i of buf (flat) read from L2 (__ldcg): another block wrote it during this launch, and
+    this SM's L1 may hold a stale copy of the line (L1 is not coherent across SMs)."""
+    return T.call_extern(buf.dtype, "__ldcg", buf.access_ptr("r", offset=i))
+
+
+@T.macro
+def arrive(arrivals, b, n, slot, last):
+    """Thread 0 of a block that has written its part of row b, once a barrier has ordered the
+    block's writes before it: an acquire-release add at GPU scope on arrivals[b] (no fences needed:
+    the add is cumulative), and last[0] (shared int32) <- whether this block is the n-th to arrive.
+    The last one resets the counter (no block of this launch touches it again) and may read the
+    others' writes through L2 (read_l2)."""
+    slot[0] = T.atomic_add(arrivals[b], 1, memory_order="acq_rel", return_prev=True)
+    last[0] = T.cast(slot[0] == n - 1, "int32")
+    if slot[0] == n - 1:
+        arrivals[b] = 0
+
+
+@T.macro
+def _row_setup(probs, seed, offset, temperature, b, keys, t, scaled):
+    """Row b's noise keys into keys; t[0] <- its temperature and scaled[0] <- 1 where it samples
+    (0 < t < inf), else 0 (greedy). The probs kernel (probs: static) reads neither: t = 1."""
+    noise_row_keys(seed[b], offset[b], keys)
+    t[0] = T.float32(1)
+    scaled[0] = 0
+    if not probs:
+        t[0] = temperature[b]
+        scaled[0] = T.cast(t[0] > T.float32(0) and t[0] < T.infinity("float32"), "int32")
+
+
+@T.macro
+def _block_fold(warps, warp, lane, tx, best_key, best_id, other_key, other_id, red_key, red_id):
+    """Thread 0's (best_key, best_id) <- the best of a block of `warps` warps: a butterfly per warp,
+    then the warps' winners in warp order (red_key / red_id: shared, one slot a warp; thread 0 reads
+    them after the barrier, so a barrier must come before they are written again)."""
+    for i in T.unroll(_SHUFFLES):
+        other_key[0] = T.shfl_xor(best_key[0], 1 << i)
+        other_id[0] = T.shfl_xor(best_id[0], 1 << i)
+        take_if_better(best_key, best_id, other_key[0], other_id[0])
+    if lane == 0:
+        red_key[warp] = best_key[0]
+        red_id[warp] = best_id[0]
+    T.sync_threads()
+    if tx == 0:
+        for w in T.unroll(1, warps):
+            take_if_better(best_key, best_id, red_key[w], red_id[w])
+
+
 @tilelang.jit(pass_configs=PASS_CONFIGS)
 def random_sample_tl(source: str, dtype: str, vec: int):
-    """Compiled kernel(x, seed, offset, temperature, token) for these static arguments (memoised)."""
+    """Compiled kernel(x, seed, offset, temperature, token) for these static arguments (memoised): one
+    block of _ROW_THREADS threads a row, no workspace."""
     check_config("random_sample_tl", source, dtype, vec)
     # Static: probs and logits differ only in the key of one entry; the dtype is widened exactly.
     probs = source == "probs"
@@ -168,7 +261,7 @@ def random_sample_tl(source: str, dtype: str, vec: int):
         temperature: T.Tensor((B,), "float32"),
         token: T.Tensor((B,), "int64"),
     ):
-        with T.Kernel(B, threads=_THREADS) as bx:
+        with T.Kernel(B, threads=_ROW_THREADS) as bx:
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row: every offset into x is 64-bit (B * row_stride may pass 2**31).
@@ -183,44 +276,190 @@ def random_sample_tl(source: str, dtype: str, vec: int):
             best_id = T.alloc_local((1,), "int32")
             other_key = T.alloc_local((1,), "float32")
             other_id = T.alloc_local((1,), "int32")
-            red_key = T.alloc_shared((_WARPS,), "float32")
-            red_id = T.alloc_shared((_WARPS,), "int32")
+            red_key = T.alloc_shared((_ROW_WARPS,), "float32")
+            red_id = T.alloc_shared((_ROW_WARPS,), "int32")
             # The interface passes vec-aligned rows: what lets the loads below be vectorised.
             T.assume(S % vec == 0)
-            noise_row_keys(seed[bx], offset[bx], keys)
-            t[0] = T.float32(1)
-            scaled[0] = 0
-            if not probs:
-                t[0] = temperature[bx]
-                scaled[0] = T.cast(t[0] > T.float32(0) and t[0] < T.infinity("float32"), "int32")
+            _row_setup(probs, seed, offset, temperature, bx, keys, t, scaled)
             best_key[0] = -T.infinity("float32")
             best_id[0] = -1
             n_vec = V // vec
-            for r in T.serial(T.ceildiv(n_vec, _THREADS * _UNROLL)):
+            for r in T.serial(T.ceildiv(n_vec, _ROW_THREADS * _UNROLL)):
                 for u in T.unroll(_UNROLL):
-                    if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                    if (r * _UNROLL + u) * _ROW_THREADS + tx < n_vec:
                         for e in T.vectorized(vec):
-                            buf[u, e] = x[row, ((r * _UNROLL + u) * _THREADS + tx) * vec + e]
+                            buf[u, e] = x[row, ((r * _UNROLL + u) * _ROW_THREADS + tx) * vec + e]
                 for u in T.unroll(_UNROLL):
-                    if (r * _UNROLL + u) * _THREADS + tx < n_vec:
+                    if (r * _UNROLL + u) * _ROW_THREADS + tx < n_vec:
                         for e in T.unroll(vec):
-                            consider(buf[u, e], ((r * _UNROLL + u) * _THREADS + tx) * vec + e, keys, h, scaled, t, key, best_key, best_id)
+                            consider(buf[u, e], ((r * _UNROLL + u) * _ROW_THREADS + tx) * vec + e, keys, h, scaled, t, key, best_key, best_id)
             if vec > 1:
                 # The V % vec entries after the last whole vector: ids above all of the loop's.
                 if tx < V - n_vec * vec:
                     buf[0, 0] = x[row, n_vec * vec + tx]
                     consider(buf[0, 0], n_vec * vec + tx, keys, h, scaled, t, key, best_key, best_id)
-            for i in T.unroll(_SHUFFLES):
-                other_key[0] = T.shfl_xor(best_key[0], 1 << i)
-                other_id[0] = T.shfl_xor(best_id[0], 1 << i)
-                take_if_better(best_key, best_id, other_key[0], other_id[0])
-            if lane == 0:
-                red_key[warp] = best_key[0]
-                red_id[warp] = best_id[0]
-            T.sync_threads()
+            _block_fold(_ROW_WARPS, warp, lane, tx, best_key, best_id, other_key, other_id, red_key, red_id)
             if tx == 0:
-                for w in T.unroll(1, _WARPS):
-                    take_if_better(best_key, best_id, red_key[w], red_id[w])
                 token[bx] = T.cast(best_id[0], "int64")
 
     return random_sample
+
+
+@tilelang.jit(pass_configs=PASS_CONFIGS)
+def random_sample_chunked_tl(source: str, dtype: str, vec: int):
+    """Compiled kernel(x, seed, offset, temperature, token, chunk_key, chunk_id, arrivals) for these
+    static arguments (memoised): one launch, arrivals left zero."""
+    check_config("random_sample_chunked_tl", source, dtype, vec)
+    # Static: probs and logits differ in what may be drawn, its key and the key's bound.
+    probs = source == "probs"
+    # Loads of `vec` elements a thread makes to hold its _PER_THREAD entries.
+    loads = _PER_THREAD // vec
+    B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
+    W, A = T.dynamic("chunk_slots"), T.dynamic("arrival_slots")
+
+    @T.macro
+    def drawable(v):
+        """Whether entry value v may be drawn (false for NaN in both sources)."""
+        if probs:
+            return v > T.float32(0)
+        return v > -T.infinity("float32")
+
+    @T.macro
+    def consider(v, idx, keys, h, scaled, t, bound, up, key, best_key, best_id):
+        """Folds entry idx (value v) into this thread's best. Ids arrive in ascending order, so only
+        a strictly larger key replaces an earlier one. An entry whose key cannot reach the chunk's
+        bound or this thread's best (`up`, an upper bound of its key, is below either) skips the
+        noise: it cannot be drawn, not even on a tie."""
+        if drawable(v):
+            if probs:
+                up[0] = v * T.float32(_INV_E_LOW)
+                if up[0] >= bound[0] and (best_id[0] < 0 or up[0] >= best_key[0]):
+                    noise_bits(idx, keys, h)
+                    key[0] = v / exponential_noise(h)
+                    if best_id[0] < 0 or key[0] > best_key[0]:
+                        best_key[0] = key[0]
+                        best_id[0] = idx
+            elif scaled[0] != 0:
+                key[0] = v / t[0]
+                up[0] = key[0] + T.float32(_NEG_LOG_E_HIGH)
+                if up[0] >= bound[0] and (best_id[0] < 0 or up[0] >= best_key[0]):
+                    noise_bits(idx, keys, h)
+                    key[0] = key[0] - T.log(exponential_noise(h))
+                    if best_id[0] < 0 or key[0] > best_key[0]:
+                        best_key[0] = key[0]
+                        best_id[0] = idx
+            elif best_id[0] < 0 or v > best_key[0]:
+                best_key[0] = v
+                best_id[0] = idx
+
+    @T.prim_func
+    def random_sample_chunked(
+        x: T.StridedTensor((B, V), (S, 1), dtype),
+        seed: T.Tensor((B,), "int64"),
+        offset: T.Tensor((B,), "int64"),
+        temperature: T.Tensor((B,), "float32"),
+        token: T.Tensor((B,), "int64"),
+        chunk_key: T.Tensor((W,), "float32"),
+        chunk_id: T.Tensor((W,), "int32"),
+        arrivals: T.Tensor((A,), "int32"),
+    ):
+        # Rows on the grid's x (up to 2**31 - 1 of them), chunks on y.
+        with T.Kernel(B, T.ceildiv(V, CHUNK), threads=_THREADS) as (bx, cx):
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // _WARP, tx % _WARP
+            # 64-bit row and record index: every offset into x and the workspace is 64-bit.
+            row = T.cast(bx, "int64")
+            n_chunks = T.ceildiv(V, CHUNK)
+            rec = row * T.cast(n_chunks, "int64") + T.cast(cx, "int64")
+            # The thread's entries widened to float32 (NaN past the row: never drawn), and the
+            # V % vec entries after the last whole vector, one a thread, in the last slot.
+            vals = T.alloc_local((_PER_THREAD + 1,), "float32")
+            xs = T.alloc_local((loads, vec), dtype)
+            keys = T.alloc_local((2,), "uint32")
+            h = T.alloc_local((1,), "uint32")
+            t = T.alloc_local((1,), "float32")
+            scaled = T.alloc_local((1,), "int32")
+            bound = T.alloc_local((1,), "float32")
+            up = T.alloc_local((1,), "float32")
+            key = T.alloc_local((1,), "float32")
+            peak = T.alloc_local((1,), "float32")
+            best_key = T.alloc_local((1,), "float32")
+            best_id = T.alloc_local((1,), "int32")
+            other_key = T.alloc_local((1,), "float32")
+            other_id = T.alloc_local((1,), "int32")
+            slot = T.alloc_local((1,), "int32")
+            red_key = T.alloc_shared((_WARPS,), "float32", scope="shared")
+            red_id = T.alloc_shared((_WARPS,), "int32", scope="shared")
+            last = T.alloc_shared((1,), "int32", scope="shared")
+            # The interface passes vec-aligned rows: what lets the loads below be vectorised.
+            T.assume(S % vec == 0)
+            n_vec = V // vec
+            base = cx * (CHUNK // vec)
+
+            # 1. The chunk into registers: every load in flight before any is used.
+            for p in T.unroll(_PER_THREAD + 1):
+                vals[p] = T.float32(_NAN)
+            for j in T.unroll(loads):
+                if base + j * _THREADS + tx < n_vec:
+                    for e in T.vectorized(vec):
+                        xs[j, e] = x[row, (base + j * _THREADS + tx) * vec + e]
+            if vec > 1:
+                if cx == (n_vec * vec) // CHUNK and tx < V - n_vec * vec:
+                    vals[_PER_THREAD] = T.cast(x[row, n_vec * vec + tx], "float32")
+            for j in T.unroll(loads):
+                if base + j * _THREADS + tx < n_vec:
+                    for e in T.unroll(vec):
+                        vals[j * vec + e] = T.cast(xs[j, e], "float32")
+            _row_setup(probs, seed, offset, temperature, bx, keys, t, scaled)
+
+            # 2. The chunk's largest drawable value (-inf if none). Its entry's key is at least
+            # `bound`, so an entry whose key is surely below it needs no noise.
+            peak[0] = -T.infinity("float32")
+            for p in T.unroll(_PER_THREAD + 1):
+                if drawable(vals[p]):
+                    peak[0] = T.max(peak[0], vals[p])
+            for i in T.unroll(_SHUFFLES):
+                peak[0] = T.max(peak[0], T.shfl_xor(peak[0], 1 << i))
+            if lane == 0:
+                red_key[warp] = peak[0]
+            T.sync_threads()
+            for w in T.unroll(_WARPS):
+                peak[0] = T.max(peak[0], red_key[w])
+            # Every thread has read red_key before the warps write it again in _block_fold.
+            T.sync_threads()
+            if probs:
+                bound[0] = peak[0] * T.float32(_INV_E_HIGH)
+            else:
+                bound[0] = peak[0] / t[0] - T.float32(_LOG_E_HIGH)
+
+            # 3. The thread's best, then the chunk's.
+            best_key[0] = -T.infinity("float32")
+            best_id[0] = -1
+            for j in T.unroll(loads):
+                for e in T.unroll(vec):
+                    consider(vals[j * vec + e], (base + j * _THREADS + tx) * vec + e, keys, h, scaled, t, bound, up, key, best_key, best_id)
+            if vec > 1:
+                consider(vals[_PER_THREAD], n_vec * vec + tx, keys, h, scaled, t, bound, up, key, best_key, best_id)
+            _block_fold(_WARPS, warp, lane, tx, best_key, best_id, other_key, other_id, red_key, red_id)
+
+            # 4. The chunk's record (thread 0 holds the block's best), then the arrival.
+            if tx == 0:
+                chunk_key[rec] = best_key[0]
+                chunk_id[rec] = best_id[0]
+                arrive(arrivals, bx, n_chunks, slot, last)
+            T.sync_threads()
+
+            # 5. The last block of the row folds the records in chunk order (ids ascending).
+            if last[0] != 0:
+                best_key[0] = -T.infinity("float32")
+                best_id[0] = -1
+                for i in T.serial(T.ceildiv(n_chunks, _THREADS)):
+                    if i * _THREADS + tx < n_chunks:
+                        other_key[0] = read_l2(chunk_key, row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64"))
+                        other_id[0] = read_l2(chunk_id, row * T.cast(n_chunks, "int64") + T.cast(i * _THREADS + tx, "int64"))
+                        take_if_better(best_key, best_id, other_key[0], other_id[0])
+                _block_fold(_WARPS, warp, lane, tx, best_key, best_id, other_key, other_id, red_key, red_id)
+                if tx == 0:
+                    token[bx] = T.cast(best_id[0], "int64")
+
+    return random_sample_chunked

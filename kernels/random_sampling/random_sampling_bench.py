@@ -6,9 +6,12 @@ Run with ``python -m testing.benchmark --kernels random_sampling`` (or
 Cases (12): float32 logits at batch 1, 8, 64, 128, 512 over vocab 129280 (DeepSeek-V3), bfloat16
 logits at batch 1, 64, 128, 512 over vocab 151936 (Qwen), float32 probs at batch 1, 128, 512 over
 129280. Temperatures are drawn in [0.5, 1.5) (every row takes the Gumbel path: the costlier one).
-The kernel hashes and takes two logs per entry, so it is bound by arithmetic rather than by
-bandwidth: one block per request, so up to 132 requests (one per H200 SM) cost about one row's
-time; a smaller batch leaves SMs idle.
+An entry that gets noise costs a hash and two logs, so the kernels are bound by arithmetic rather
+than by bandwidth. Below a full wave of one row an SM (B 1, 8, 64 here) rows are split into
+4096-entry chunks, one block each, so a single request spreads over the SMs; B 128 and 512 fill
+their last wave and take one block a row (api.use_row_kernel). In the chunked kernel, entries whose
+key cannot reach their chunk's bound skip the noise: with these logits (randn * 4) few whole warps
+do; with these probabilities (uniform in [0, 1)) none do.
 
 Peers, timed in the same run with the same timer:
   torch_eager    kernels.random_sampling.ref (random_sample_logits_ref / random_sample_probs_ref)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from kernels.random_sampling import api, ref
+from testing.graphs import counters_left_zero
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, chi2_critical, poisoned
 
 MASK = 0xFFFFFFFF
@@ -380,6 +381,16 @@ def test_vector_width_follows_alignment():
         ref.check_config("test", *config)
 
 
+@pytest.mark.ref
+def test_row_kernel_takes_batches_that_fill_its_last_wave():
+    # 132 SMs (an H200): the row kernel from 80% of a wave of one row an SM, per wave.
+    assert api.ROW_KERNEL_WAVE_FILL == 0.8
+    row = [b for b in range(1, 600) if api.use_row_kernel(b, 132)]
+    spans = [(106, 132), (212, 264), (317, 396), (423, 599)]  # from 423 on, every batch
+    assert row == [b for lo, hi in spans for b in range(lo, hi + 1)]
+    assert api.use_row_kernel(1, 1) and not api.use_row_kernel(3, 4) and api.use_row_kernel(4, 4)
+
+
 # ----------------------------------------------------------------------------------------------------
 # Codegen (CPU): every shipped configuration lowers, compiles and fits on chip.
 
@@ -389,22 +400,29 @@ def _config_id(config) -> str:
 
 
 @pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", ["random_sample_chunked_tl", "random_sample_tl"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", ref.random_sampling_shipped_configs(), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+def test_cuda_config_compiles_without_spills(arch, config, factory):
     from kernels.random_sampling import cuda
     from testing import codegen_cuda
 
-    lowered = codegen_cuda.lower_cuda(cuda.random_sample_tl, *config, arch=arch)
+    lowered = codegen_cuda.lower_cuda(getattr(cuda, factory), *config, arch=arch)
     source = lowered.source
     # The keys must be torch's float32 logf bit for bit: the accurate log, never fast math.
     assert "logf(" in source and "__logf" not in source and "__fdividef" not in source
     assert "--use_fast_math" not in lowered.nvcc_flags
-    assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
+    assert source.count("__global__ void") <= 2
+    body = source[source.index("__launch_bounds__") :]
+    if factory == "random_sample_chunked_tl":
+        # Its only atomic is the row's arrival count; the records come back through L2.
+        assert body.lower().count("atomic") == 1 and "AtomicAddRet((&(arrivals[" in body and "__ldcg" in body
+    else:
+        assert "atomic" not in body.lower()
     vec = config[2]
     if vec * (4 if config[1] == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
-    report = codegen_cuda.check_cuda_resources(cuda.random_sample_tl, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(getattr(cuda, factory), *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
@@ -569,6 +587,103 @@ def test_device_ties_and_batch_invariance(device):
     perm = torch.randperm(B, device=device)
     assert_bitwise_equal(api.random_sample_logits(logits[perm], seed[perm], offset[perm], temperature=temperature[perm], out=out()), tokens[perm])
     assert_bitwise_equal(api.random_sample_logits(logits[2:3], seed[2:3], offset[2:3], temperature=temperature[2:3], out=out(1)), tokens[2:3])
+
+
+def _far_below_the_peak(e: torch.Tensor, V: int, adjacent: bool) -> tuple[int, int]:
+    """(weak, strong): two ids of row noise e whose noise differs the most, the weak one's E large
+    and the strong one's small; adjacent: strong = weak + 1 with weak the first of an aligned
+    group of 8 (one thread's vector), else both in the first 4096-entry block of ids."""
+    log_e = e.double().log()
+    if adjacent:
+        starts = torch.arange(0, V - 1, 8)
+        gain = log_e[starts] - log_e[starts + 1]
+        weak = int(starts[int(gain.argmax())])
+        return weak, weak + 1
+    head = log_e[: min(V, 4096)]
+    return int(head.argmax()), int(head.argmin())
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("layout", ["dense", "misaligned"])
+@pytest.mark.parametrize("source", ["probs", "logits"])
+def test_device_winner_far_below_the_peak(device, source, layout):
+    # Entries skip the noise when their key cannot reach the bound set by their block's largest
+    # value: here the largest value sits on an id with large noise E and a smaller one on an id
+    # with tiny E, so the smaller one's key wins by a hair (or loses by one, every other row). A
+    # bound that is too tight would drop the winner. The rest of the row lies far below both.
+    V, start = 129280, 1 if layout == "misaligned" else 0
+    variants = [(adjacent, margin) for adjacent in (True, False) for margin in (0.05, -0.05)]
+    B = 2 * len(variants)
+    seed, offset = (t.to(device) for t in counters(B))
+    e = ref.exponential_noise(seed, offset, V).cpu()
+    base = torch.empty(B, V + start, dtype=torch.float32)
+    temperature = torch.rand(B) + 0.5
+    intended = []
+    for b in range(B):
+        adjacent, margin = variants[b % len(variants)]
+        weak, strong = _far_below_the_peak(e[b], V, adjacent)
+        row = base[b, start:]
+        if source == "probs":
+            peak = float(torch.rand(()) * 1e3 + 1)
+            row.copy_(torch.rand(V) * peak * 1e-12)
+            row[weak] = peak
+            row[strong] = peak * float(e[b, strong] / e[b, weak]) * (1 + margin)
+        else:
+            peak = float(torch.randn(()) * 10)
+            t = float(temperature[b])
+            gap = float(e[b, weak].double().log() - e[b, strong].double().log())
+            row.copy_(peak - t * (40 + torch.rand(V) * 10))
+            row[weak] = peak
+            row[strong] = peak - t * (gap - margin)
+        intended.append(strong if margin > 0 else weak)
+    x = base.to(device)[:, start:]
+    temperature = temperature.to(device)
+    if source == "probs":
+        expected = ref.random_sample_probs_ref(x, seed, offset)
+        got = api.random_sample_probs(x, seed, offset, out=poisoned((B,), I64, device))
+    else:
+        expected = ref.random_sample_logits_ref(x, seed, offset, temperature)
+        got = api.random_sample_logits(x, seed, offset, temperature=temperature, out=poisoned((B,), I64, device))
+    assert expected.tolist() == intended, "the construction must decide the reference's token"
+    assert_bitwise_equal(got, expected, what=f"{source} tokens")
+
+
+@pytest.mark.device
+def test_device_extreme_magnitudes_match_ref(device):
+    # Keys that overflow to +inf (tiny temperatures, huge values), subnormal probabilities and
+    # infinite ones: the bound must keep every entry that can win or tie.
+    B, V = 12, 9001
+    seed, offset = (t.to(device) for t in counters(B))
+    logits = torch.randn(B, V) * 4
+    logits[:, torch.randint(0, V, (40,))] = 3e38
+    logits[:, torch.randint(0, V, (40,))] = -3e38
+    logits[0::3, torch.randint(0, V, (5,))] = math.inf
+    temperature = torch.tensor([1e-30, 1e-4, 0.5, 1.0, 1e30, 3e-39] * 2)
+    logits, temperature = logits.to(device), temperature.to(device)
+    got = api.random_sample_logits(logits, seed, offset, temperature=temperature, out=poisoned((B,), I64, device))
+    assert_bitwise_equal(got, ref.random_sample_logits_ref(logits, seed, offset, temperature), what="logits tokens")
+    probs = torch.rand(B, V) * 1e-40
+    probs[:, torch.randint(0, V, (40,))] = 3e38
+    probs[0::3, torch.randint(0, V, (5,))] = math.inf
+    probs[1::3] = torch.rand(V) * 1e-30
+    probs = probs.to(device)
+    got = api.random_sample_probs(probs, seed, offset, out=poisoned((B,), I64, device))
+    assert_bitwise_equal(got, ref.random_sample_probs_ref(probs, seed, offset), what="probs tokens")
+
+
+@pytest.mark.device
+def test_device_counters_left_zero(device, backend):
+    # Every launch's last block resets its row's arrival counter: the next call (or graph replay)
+    # starts from zero. Rows of one chunk, of many, and more rows than the previous call.
+    if backend != "cuda":
+        pytest.skip("the counters are the CUDA kernel's")
+    for B, V in ((3, 100), (17, 129280), (40, 4097)):
+        logits = torch.randn(B, V, device=device)
+        seed, offset = (t.to(device) for t in counters(B))
+        for _ in range(2):
+            got = api.random_sample_logits(logits, seed, offset, out=poisoned((B,), I64, device))
+            assert_bitwise_equal(got, ref.random_sample_logits_ref(logits, seed, offset), what=f"B {B} V {V}")
+    assert counters_left_zero(api.NAME, device)
 
 
 @pytest.mark.device

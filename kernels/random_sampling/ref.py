@@ -49,6 +49,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "CHUNK",
     "DTYPES",
     "SOURCES",
     "VECTOR_BYTES",
@@ -171,6 +172,9 @@ DTYPES = {"probs": ("float32",), "logits": ("float32", "bfloat16")}
 _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 # The widest global access of one instruction.
 VECTOR_BYTES = 16
+# Entries of a row one CUDA block samples from (a multiple of every vector width): the interface
+# sizes the kernel's workspace with it, a record per chunk.
+CHUNK = 4096
 
 
 def check_config(name: str, source: str, dtype: str, vec: int) -> int:
