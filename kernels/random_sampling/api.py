@@ -26,11 +26,13 @@ CUDA tensors run one TileLang kernel per call (kernels/random_sampling/cuda.py).
 kernel: every row is cut into chunks of ref.CHUNK entries, one block each, and the last block of a
 row to finish folds the chunks' winners, with a workspace from the caching allocator (no launch:
 B * ceil(V / ref.CHUNK) * 8 bytes) and a per-device, per-stream counter array. Batches whose last
-wave of one row an SM is nearly full (use_row_kernel) take the row kernel, one block a row and no
-workspace. Tokens are the same either way (the contract's). No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one compile per source, dtype and load
-width. Ascend tensors run one block per request (kernels/random_sampling/asc.py). CPU tensors are
-served by the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the
-argument before anything is written. B == 0 launches nothing.
+wave of one row an SM is nearly full, and rows of more than MAX_CHUNKS chunks (use_row_kernel),
+take the row kernel, one block a row and no workspace. Tokens are the same either way (the
+contract's). No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one compile
+per kernel, source, dtype and load width. Ascend tensors run one block per request
+(kernels/random_sampling/asc.py). CPU tensors are served by the PyTorch reference. Invalid
+arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
+launches nothing.
 
 Concurrency (CUDA): launches on one stream share that stream's counters and run in order. A
 captured CUDA graph keeps the counters of the stream it was captured on: do not replay it
@@ -69,6 +71,9 @@ NAME = "random_sampling"
 # waves of one row an SM: it takes B rows when its last wave is at least this full (1 / 1.25).
 # Same-run H200 probe at 1 to 512 rows in kernels/random_sampling/PERF.md.
 ROW_KERNEL_WAVE_FILL = 0.8
+# The chunked kernel's grid has a row's chunks on its y dimension, which CUDA caps at 65535
+# (V up to 268,431,360 entries); longer rows take the row kernel.
+MAX_CHUNKS = 65535
 # torch dtype -> the element type name the backend factories take, per source.
 PROBS_DTYPES = {torch.float32: "float32"}
 LOGITS_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
@@ -108,18 +113,19 @@ def _sample(name: str, source: str, x, dtypes, seed, offset, temperature, out) -
         # allocation for probs, a fill for logits, both capturable.
         shape = (n,)
         temperature = torch.empty(shape, dtype=torch.float32, device=x.device) if source == "probs" else torch.ones(shape, dtype=torch.float32, device=x.device)
-    if x.device.type != "cuda" or use_row_kernel(n, _multiprocessors(x.device)):
+    if x.device.type != "cuda" or use_row_kernel(n, x.shape[1], _multiprocessors(x.device)):
         ops.random_sample_tl(*config)(xk, seed, offset, temperature, token)
         return token
     ops.random_sample_chunked_tl(*config)(xk, seed, offset, temperature, token, *_workspace(n, x.shape[1], x.device))
     return token
 
 
-def use_row_kernel(B: int, sms: int) -> bool:
-    """Whether B rows go to the row kernel on a GPU of `sms` SMs: when its last wave of one row an
-    SM is at least ROW_KERNEL_WAVE_FILL full."""
+def use_row_kernel(B: int, V: int, sms: int) -> bool:
+    """Whether B rows of V entries go to the row kernel on a GPU of `sms` SMs: when its last wave of
+    one row an SM is at least ROW_KERNEL_WAVE_FILL full, or when a row has more chunks than a grid
+    dimension holds (MAX_CHUNKS)."""
     waves = -(-B // sms)
-    return B >= ROW_KERNEL_WAVE_FILL * waves * sms
+    return B >= ROW_KERNEL_WAVE_FILL * waves * sms or -(-V // ref.CHUNK) > MAX_CHUNKS
 
 
 @functools.cache

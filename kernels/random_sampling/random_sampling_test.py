@@ -385,10 +385,14 @@ def test_vector_width_follows_alignment():
 def test_row_kernel_takes_batches_that_fill_its_last_wave():
     # 132 SMs (an H200): the row kernel from 80% of a wave of one row an SM, per wave.
     assert api.ROW_KERNEL_WAVE_FILL == 0.8
-    row = [b for b in range(1, 600) if api.use_row_kernel(b, 132)]
+    V = 129280
+    row = [b for b in range(1, 600) if api.use_row_kernel(b, V, 132)]
     spans = [(106, 132), (212, 264), (317, 396), (423, 599)]  # from 423 on, every batch
     assert row == [b for lo, hi in spans for b in range(lo, hi + 1)]
-    assert api.use_row_kernel(1, 1) and not api.use_row_kernel(3, 4) and api.use_row_kernel(4, 4)
+    assert api.use_row_kernel(1, V, 1) and not api.use_row_kernel(3, V, 4) and api.use_row_kernel(4, V, 4)
+    # Rows with more chunks than the grid's y dimension holds take the row kernel at any batch.
+    longest = api.MAX_CHUNKS * ref.CHUNK
+    assert not api.use_row_kernel(1, longest, 132) and api.use_row_kernel(1, longest + 1, 132)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -62,4 +62,4 @@ for kind in ("bench logits", "peaked logits", "probs"):
                 times[k].append(timer.measure(f, budget_s=0.25).median_us)
         med = {k: sorted(v)[1] for k, v in times.items()}
         print(f"{kind:13s} B={B:4d} equal={equal} chunked {med['chunked']:8.2f} row {med['row']:8.2f} "
-              f"row/chunked {med['row'] / med['chunked']:.2f} api picks {'row' if api.use_row_kernel(B, api._multiprocessors(dev)) else 'chunked'}", flush=True)
+              f"row/chunked {med['row'] / med['chunked']:.2f} api picks {'row' if api.use_row_kernel(B, V, api._multiprocessors(dev)) else 'chunked'}", flush=True)
