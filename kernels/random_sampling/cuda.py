@@ -160,6 +160,24 @@ def take_if_better(best_key, best_id, key, idx):
             best_id[0] = idx
 
 
+@T.macro
+def _drawable(probs, v):
+    """Whether float32 entry value v may be drawn: p > 0, or l > -inf (false for NaN in both;
+    probs: static)."""
+    if probs:
+        return v > T.float32(0)
+    return v > -T.infinity("float32")
+
+
+@T.macro
+def _take_later(best_key, best_id, key, idx):
+    """(best_key, best_id) <- (key, idx) when it beats the thread's best so far. A thread meets its
+    ids in ascending order, so only a strictly larger key replaces an earlier one."""
+    if best_id[0] < 0 or key > best_key[0]:
+        best_key[0] = key
+        best_id[0] = idx
+
+
 # The range of the noise (ref.py): E = -logf(u) lies in [5.9604645e-08, 16.635532] and log(E) in
 # [-16.635532, 2.8115408]. The constants below are float32 values at least 7e-5 outside those
 # ranges (far more than logf's rounding), so every bound built from them is conservative.
@@ -235,23 +253,16 @@ def random_sample_tl(source: str, dtype: str, vec: int):
         """Folds entry v (value val of x) into this thread's best; ids arrive in ascending order, so
         only a strictly larger key replaces an earlier one."""
         x32 = T.cast(val, "float32")
-        if probs:
-            if x32 > T.float32(0):
+        if _drawable(probs, x32):
+            if probs:
                 noise_bits(v, keys, h)
                 key[0] = x32 / exponential_noise(h)
-                if best_id[0] < 0 or key[0] > best_key[0]:
-                    best_key[0] = key[0]
-                    best_id[0] = v
-        else:
-            # False for NaN too: NaN counts as -inf, and -inf entries are excluded.
-            if x32 > -T.infinity("float32"):
+            else:
                 key[0] = x32
                 if scaled[0] != 0:
                     noise_bits(v, keys, h)
                     key[0] = x32 / t[0] - T.log(exponential_noise(h))
-                if best_id[0] < 0 or key[0] > best_key[0]:
-                    best_key[0] = key[0]
-                    best_id[0] = v
+            _take_later(best_key, best_id, key[0], v)
 
     @T.prim_func
     def random_sample(
@@ -318,39 +329,27 @@ def random_sample_chunked_tl(source: str, dtype: str, vec: int):
     W, A = T.dynamic("chunk_slots"), T.dynamic("arrival_slots")
 
     @T.macro
-    def drawable(v):
-        """Whether entry value v may be drawn (false for NaN in both sources)."""
-        if probs:
-            return v > T.float32(0)
-        return v > -T.infinity("float32")
-
-    @T.macro
     def consider(v, idx, keys, h, scaled, t, bound, up, key, best_key, best_id):
         """Folds entry idx (value v) into this thread's best. Ids arrive in ascending order, so only
         a strictly larger key replaces an earlier one. An entry whose key cannot reach the chunk's
         bound or this thread's best (`up`, an upper bound of its key, is below either) skips the
         noise: it cannot be drawn, not even on a tie."""
-        if drawable(v):
+        if _drawable(probs, v):
             if probs:
                 up[0] = v * T.float32(_INV_E_LOW)
                 if up[0] >= bound[0] and (best_id[0] < 0 or up[0] >= best_key[0]):
                     noise_bits(idx, keys, h)
                     key[0] = v / exponential_noise(h)
-                    if best_id[0] < 0 or key[0] > best_key[0]:
-                        best_key[0] = key[0]
-                        best_id[0] = idx
+                    _take_later(best_key, best_id, key[0], idx)
             elif scaled[0] != 0:
                 key[0] = v / t[0]
                 up[0] = key[0] + T.float32(_NEG_LOG_E_HIGH)
                 if up[0] >= bound[0] and (best_id[0] < 0 or up[0] >= best_key[0]):
                     noise_bits(idx, keys, h)
                     key[0] = key[0] - T.log(exponential_noise(h))
-                    if best_id[0] < 0 or key[0] > best_key[0]:
-                        best_key[0] = key[0]
-                        best_id[0] = idx
-            elif best_id[0] < 0 or v > best_key[0]:
-                best_key[0] = v
-                best_id[0] = idx
+                    _take_later(best_key, best_id, key[0], idx)
+            else:
+                _take_later(best_key, best_id, v, idx)
 
     @T.prim_func
     def random_sample_chunked(
@@ -416,7 +415,7 @@ def random_sample_chunked_tl(source: str, dtype: str, vec: int):
             # `bound`, so an entry whose key is surely below it needs no noise.
             peak[0] = -T.infinity("float32")
             for p in T.unroll(_PER_THREAD + 1):
-                if drawable(vals[p]):
+                if _drawable(probs, vals[p]):
                     peak[0] = T.max(peak[0], vals[p])
             for i in T.unroll(_SHUFFLES):
                 peak[0] = T.max(peak[0], T.shfl_xor(peak[0], 1 << i))

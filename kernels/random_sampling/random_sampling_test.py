@@ -596,14 +596,14 @@ def test_device_ties_and_batch_invariance(device):
 def _far_below_the_peak(e: torch.Tensor, V: int, adjacent: bool) -> tuple[int, int]:
     """(weak, strong): two ids of row noise e whose noise differs the most, the weak one's E large
     and the strong one's small; adjacent: strong = weak + 1 with weak the first of an aligned
-    group of 8 (one thread's vector), else both in the first 4096-entry block of ids."""
+    group of 8 (one thread's vector), else both in the first chunk of ids (ref.CHUNK)."""
     log_e = e.double().log()
     if adjacent:
         starts = torch.arange(0, V - 1, 8)
         gain = log_e[starts] - log_e[starts + 1]
         weak = int(starts[int(gain.argmax())])
         return weak, weak + 1
-    head = log_e[: min(V, 4096)]
+    head = log_e[: min(V, ref.CHUNK)]
     return int(head.argmax()), int(head.argmin())
 
 
