@@ -66,6 +66,7 @@ NAME = "fused_sample"
 # B 8 20.8 / 24.5, 16 22.7 / 26.0, 24 30.0 / 28.2, 32 31.1 / 34.2, 48 43.2 / 37.4, 64 51.5 / 45.2;
 # bf16 V 151936: 8 22.9 / 26.9, 16 29.7 / 29.0, 24 31.2 / 34.9, 32 37.6 / 37.1, 48 45.7 / 44.9.
 # Below 48 the lead changes with how the chunks fill the SMs' block slots; from 48 on two win.
+# Swept before the 2026-12-03 stage-1 change, which sped both forms up (PERF.md); not re-swept.
 FLAGGING_MIN_ROWS = 48
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:

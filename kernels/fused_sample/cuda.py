@@ -28,18 +28,25 @@ ordinary chunks (step 2), x in place of s and exp2f in place of expf (the logpro
 
 Grid (n, B), _THREADS threads a block, three blocks an SM; block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
-decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d):
-  1. The chunk's max of x (NaN never wins), its finite count (x > -inf) and T0 (below, in x).
+decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d). Stage 1 is
+what every block runs, and what most of a large batch's time goes to: each of its steps spends as
+few instructions an entry as it can (kernels/fused_sample/PERF.md, "Fewer instructions an entry"):
+  1. The chunk's max of x (NaN never wins), its finite count (x > -inf: the entries are counted
+     only where some x is NaN or infinite, which one fused multiply-add an entry detects) and T0
+     (below, in x).
   2. The normaliser, the sum of exp(s - m) over the finite entries: on ordinary chunks (|m| <= 128
-     and d >= 2**-60) exp2f((x - max x) * log2(e) / d), no division an entry (within 2**-15
-     relative of expf(s - m); it only scales the logprob); on others the sampler's expf(s - m).
+     and d >= 2**-60) ex2((x - max x) * log2(e) / d) by the multi-function unit alone, with
+     subnormal terms flushed (they vanish in a sum that holds the max's 1), no division an entry
+     (within 2**-15 relative of expf(s - m); it only scales the logprob); on others the sampler's
+     expf(s - m).
   3. Its candidates, appended to its list as (s, id): every finite entry whose s = x / d (IEEE
-     division) reaches a bound that no kept entry is below.
+     division) reaches a bound that no kept entry is below (and on ordinary chunks, below, the
+     few entries within that bound's rounding slack under it, which no filter keeps either).
        greedy rows        s = m (the max's ties).
        top-k rows         (0 < k < V) no bound on s: the lists must hold top-k's whole set, because
                           the k-th largest s and top-p's mass are taken over it. With
                           k <= _TOP_K_FILTER, s >= T0 / d, T0 the smallest over the warps of each
-                          warp's ceil(k / warps)-th largest thread max of x (its top 16 bits): the
+                          warp's ceil(k / warps)-th largest thread max of x (a bitonic sort): the
                           chunk holds >= k entries with x >= T0, so T0 / d <= the chunk's k-th
                           largest s <= every s top-k keeps. A larger k lists every finite entry
                           (and overflows on large rows).
@@ -47,12 +54,13 @@ decreases as x grows, so the chunk's max of s is its max of x divided, m = max x
                           least 2**-20 = expf(-13.86): entries with q = 0 move no mass), else
                           1 - logf(min_p) with min-p on, else 22 (w / E with w < 3.6e-9 never beats
                           the max's key 1 / E >= 1 / 16.64).
-     On ordinary chunks only entries with x >= the bound times d, loosened past the rounding of
-     x / d, are divided: a bit mask marks them branch-free and a lane visits only its marked
-     entries (a register picked by a tree of selects), so a warp does not step through a
-     divergent branch for every entry some lane lists. The lowest id with s == m is a shared
-     atomic min over them (every entry with s == m is a candidate). Each lane counts its
-     candidates, a warp scan places them and one shared atomic a warp claims the places.
+     On ordinary chunks the candidates are the entries with x >= the bound times d, loosened past
+     the rounding of x / d: a bit mask marks them branch-free, without a division (other chunks
+     test s itself). Each lane counts its candidates, a warp scan places them and one shared
+     atomic a warp claims the places; then a lane visits only its own (a register picked by a
+     tree of selects), so a warp does not step through a divergent branch for every entry some
+     lane lists: it divides, lists (s, id) and offers the id of s == m to lowest's shared atomic
+     min (every entry with s == m is a candidate).
   4. The chunk's record; then a block barrier and thread 0's acquire-release add on arrivals[b] (no
      fences: the barrier orders the block's writes before that release, as in CUTLASS's grid
      barriers).
@@ -79,10 +87,10 @@ itself (correct, at one SM's share of bandwidth per pass). Two compiled forms di
 The interface takes the first for small batches, where a launch is a large share of the time, and
 the second from api.FLAGGING_MIN_ROWS rows.
 
-Speed (H200 benchmark, kernels/fused_sample/PERF.md): V 129280 fp32 with top-k 50, top-p 0.9,
-fused_sample_tl / fused_sample_flagging_tl + sampler_flagged_tl: B = 1 19.8 / 23.4 us, B = 64
-51.3 / 45.3 us, B = 128 84.0 / 70.7 us, B = 512 281.5 / 215.9 us (the sampler's kernel: 247 / 250
-/ 274 / 1084 us).
+Speed (H200 benchmark, kernels/fused_sample/PERF.md, through the interface): V 129280 fp32 with
+top-k 50, top-p 0.9: B = 1 18.1 us, B = 8 19.1 us (fused_sample_tl), B = 64 37.4 us, B = 128 56.3 us,
+B = 512 163.7 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
+248 / 250 / 274 / 1083 us.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -121,6 +129,7 @@ from kernels.sampler.cuda import (
 )
 from kernels.sampler.ref import MASS_BITS
 from kernels.tl_bits import lowest_set_bit
+from kernels.tl_ptx import declare_ex2_ftz, ex2_ftz
 
 __all__ = ["fused_sample_flagging_tl", "fused_sample_shipped_configs", "fused_sample_tl"]
 
@@ -163,9 +172,9 @@ _NAN = float("nan")
 _FLT_MAX = 3.4028234663852886e38
 # _ordered(-inf): T0 images below it bound nothing.
 _ORDERED_NEG_INF = 0x007FFFFF
-# Bits of T0's image the ballot bisection settles (the rest stay zero: a lower, still valid T0). 16
-# are exact for 16-bit logits and within 2**-7 relative for float32 ones.
-_T0_BITS = 16
+# The compare-exchange steps of a bitonic sort of a warp's 32 values (a Python tuple: unrolled as it
+# is built): the run length, then the lane distance.
+_BITONIC = tuple((run, run >> (i + 1)) for run in (2, 4, 8, 16, 32) for i in range(run.bit_length() - 1))
 # A chunk is ordinary when |m| <= _ORDINARY_M and d >= _ORDINARY_D: the entries that weigh in the
 # normaliser (s >= m - 22) then have |s| < 256, where x / d rounds by at most 2**-16, so exp(s - m)
 # read as exp((x - max x) / d) is off by at most 2**-15 relative; and log2(e) / d is finite.
@@ -198,18 +207,6 @@ def _pick(regs, p, first, n):
         return regs[first]
     half = n // 2
     return T.if_then_else((p & half) != 0, _pick(regs, p, first + half, half), _pick(regs, p, first, half))
-
-
-@T.macro
-def visit(x, p, entry, sv, m, d, bound, lowest, mask, ncand):
-    """Stage 1's test of entry `entry` (register p, logit x) against the chunk max m and the bound:
-    s = x / d (IEEE); s == m offers its id to lowest's atomic min, s >= bound marks bit p of mask."""
-    sv[0] = x / d
-    if sv[0] == m:
-        T.atomic_min(lowest[0], entry)
-    if sv[0] >= bound[0]:
-        mask[0] = mask[0] | (T.uint32(1) << T.cast(p, "uint32"))
-        ncand[0] += 1
 
 
 def alloc_record() -> types.SimpleNamespace:
@@ -507,6 +504,18 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
         """Row id of entry e of load j: loads stride the chunk by whole warps (coalesced)."""
         return (base + j * _THREADS + tx) * vec + e
 
+    @T.macro
+    def load_vector(logits, s, xs, row, base, j, tx):
+        """Vector j of the thread's share of the chunk into s[j * vec : (j + 1) * vec], as float32."""
+        if dtype == "float32":
+            for e in T.vectorized(vec):
+                s[j * vec + e] = logits[row, entry_id(base, j, e, tx)]
+        else:
+            for e in T.vectorized(vec):
+                xs[j, e] = logits[row, entry_id(base, j, e, tx)]
+            for e in T.unroll(vec):
+                s[j * vec + e] = T.cast(xs[j, e], "float32")
+
     @T.prim_func
     def fused_sample(
         logits: T.StridedTensor((B, V), (S, 1), dtype),
@@ -527,6 +536,7 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
     ):
         with T.Kernel(T.ceildiv(V, CHUNK), B, threads=_THREADS) as (cx, bx):
             T.annotate_min_blocks_per_sm(layout.blocks_per_sm)
+            declare_ex2_ftz()
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row and record index: every offset into logits and the workspace is 64-bit.
@@ -565,8 +575,10 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
             bound = T.alloc_local((1,), "float32")
             xbound = T.alloc_local((1,), "float32")
             img = T.alloc_local((1,), "uint32")
+            peer = T.alloc_local((1,), "uint32")
             mask = T.alloc_local((1,), "uint32")
-            pre = T.alloc_local((1,), "uint32")
+            zero = T.alloc_local((1,), "float32")
+            probe = T.alloc_local((1,), "float32")
             pos = T.alloc_local((1,), "int32")
             gather_s = T.alloc_local((gather_chunks * _GATHER,), "float32")
             gather_n = T.alloc_local((gather_chunks,), "int32")
@@ -604,56 +616,53 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                 listed[0] = 0
                 lowest[0] = T.int32(INT32_MAX)
 
-            # 0. The chunk into registers as x (in s; entries past the row stay NaN).
-            for p in T.unroll(_PER_THREAD):
-                s[p] = T.float32(_NAN)
-            for j in T.unroll(loads):
-                if base + j * _THREADS + tx < n_vec:
-                    if dtype == "float32":
-                        for e in T.vectorized(vec):
-                            s[j * vec + e] = logits[row, entry_id(base, j, e, tx)]
-                    else:
-                        for e in T.vectorized(vec):
-                            xs[j, e] = logits[row, entry_id(base, j, e, tx)]
-                        for e in T.unroll(vec):
-                            s[j * vec + e] = T.cast(xs[j, e], "float32")
-                if vec > 1:
-                    # The V % vec entries after the last whole vector, one at a time, in the
-                    # register slots of the vector they would have been.
-                    if base + j * _THREADS + tx == n_vec:
-                        for e in T.unroll(vec):
-                            if n_vec * vec + e < V:
-                                s[j * vec + e] = T.cast(logits[row, n_vec * vec + e], "float32")
+            # 0. The chunk into registers as x. A chunk inside the row loads without bounds; the
+            # row's last one leaves NaN in the entries past the row.
+            if (cx + 1) * CHUNK <= V:
+                for j in T.unroll(loads):
+                    load_vector(logits, s, xs, row, base, j, tx)
+            else:
+                for p in T.unroll(_PER_THREAD):
+                    s[p] = T.float32(_NAN)
+                for j in T.unroll(loads):
+                    if base + j * _THREADS + tx < n_vec:
+                        load_vector(logits, s, xs, row, base, j, tx)
+                    if vec > 1:
+                        # The V % vec entries after the last whole vector, one at a time, in the
+                        # register slots of the vector they would have been.
+                        if base + j * _THREADS + tx == n_vec:
+                            for e in T.unroll(vec):
+                                if n_vec * vec + e < V:
+                                    s[j * vec + e] = T.cast(logits[row, n_vec * vec + e], "float32")
             # 1. The chunk's max of x (fmaxf: NaN never wins), its finite count (x > -inf: NaN
             # counts as -inf) and T0 in x (s = x / d never decreases as x grows, so T0 / d bounds s).
             for a in T.unroll(4):
                 part[a] = -T.infinity("float32")
-            fin[0] = 0
+            # probe: x * 0 summed, NaN exactly when some x is NaN or infinite (zero is a register, so
+            # that TileLang's simplifier keeps x * 0); only then are the finite entries counted.
+            zero[0] = T.float32(0)
+            probe[0] = T.float32(0)
             for p in T.unroll(_PER_THREAD):
                 part[p % 4] = T.max(part[p % 4], s[p])
-                fin[0] += T.cast(s[p] > -T.infinity("float32"), "int32")
+                probe[0] += s[p] * zero[0]
+            fin[0] = _PER_THREAD
+            if T.isnan(probe[0]):
+                fin[0] = 0
+                for p in T.unroll(_PER_THREAD):
+                    fin[0] += T.cast(s[p] > -T.infinity("float32"), "int32")
             xmax[0] = T.max(T.max(part[0], part[1]), T.max(part[2], part[3]))
-            # T0 of the module docstring, per warp: the need-th largest thread max (as its
-            # order-preserving image), built two bits at a time from the top: the largest u (its
-            # low bits zero) with at least `need` lanes at or above it. The three ballots of a step
-            # are independent, and the digit is how many of them hold (each implies the lower).
+            # T0 of the module docstring, per warp: the need-th largest thread max, as its
+            # order-preserving image, read from a bitonic sort of the warp's 32 (descending).
             t0[0] = T.uint32(0)
             if top_k_filter:
-                need = T.cast((k + T.int64(_WARPS - 1)) // T.int64(_WARPS), "int32")
                 img[0] = _ordered(xmax[0])
-                for b in T.unroll(_T0_BITS // 2):
-                    shift = T.cast(30 - 2 * b, "uint32")
-                    t0[0] = t0[0] | (
-                        (
-                            T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(1) << shift))), "uint32")) >= need, "uint32")
-                            + T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(2) << shift))), "uint32")) >= need, "uint32")
-                            + T.cast(T.popcount(T.cast(T.ballot_sync(img[0] >= (t0[0] | (T.uint32(3) << shift))), "uint32")) >= need, "uint32")
-                        )
-                        << shift
-                    )
-            fin64[0] = T.cast(fin[0], "int64")
+                for run, j in _BITONIC:
+                    peer[0] = T.shfl_xor(img[0], j)
+                    # The lower lane of a pair keeps the larger in a descending run.
+                    img[0] = T.if_then_else(((lane & j) == 0) == ((lane & run) == 0), T.max(img[0], peer[0]), T.min(img[0], peer[0]))
+                t0[0] = T.shfl_sync(img[0], T.cast((k + T.int64(_WARPS - 1)) // T.int64(_WARPS), "int32") - 1)
             # The chunk's max of x, finite count and T0 (one value a warp: its shuffles change nothing).
-            block_fold(warp, lane, ((xmax, red_key, T.max), (fin64, red_fin, _add), (t0, red_t0, T.min)))
+            block_fold(warp, lane, ((xmax, red_key, T.max), (fin, red_tot, _add), (t0, red_t0, T.min)))
             # m: the chunk's max of s (division is monotone: the max of x divided).
             cmax[0] = xmax[0] / d
             m = cmax[0]
@@ -670,8 +679,10 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                 part[a] = T.float32(0)
             if ordinary:
                 c2[0] = T.float32(_LOG2E) / d
+                # ex2_ftz(-inf) is 0 and fmaxf takes 0 over NaN; a term it flushes (below 2**-126)
+                # vanishes anyway in a sum that holds the max's 1.
                 for p in T.unroll(_PER_THREAD):
-                    part[p % 4] += T.if_then_else(s[p] > -T.infinity("float32"), T.exp2((s[p] - xmax[0]) * c2[0]), T.float32(0))
+                    part[p % 4] += T.max(ex2_ftz((s[p] - xmax[0]) * c2[0]), T.float32(0))
             else:
                 for p in T.unroll(_PER_THREAD):
                     if s[p] > -T.infinity("float32"):
@@ -701,27 +712,24 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                 T.max(bound[0] * d - T.abs(bound[0] * d) * T.float32(_SLACK) - (d + T.float32(1)) * T.float32(_TINY), T.float32(-_FLT_MAX)),
                 T.float32(-_FLT_MAX),
             )
-            # Bit p of mask marks entry p a candidate; s[p] keeps x (the list takes x / d again).
+            # Bit p of mask marks entry p a candidate; s[p] keeps x (the list takes x / d).
             mask[0] = T.uint32(0)
-            ncand[0] = 0
             if ordinary:
-                # The entries reaching xbound, found branch-free, then only those, one at a time: a
-                # chunk lists about 1% of its entries, and a branch an entry cost the warp every
-                # branch any of its lanes took.
-                pre[0] = T.uint32(0)
+                # Every entry reaching xbound, found branch-free: s >= bound and at most the
+                # entries within the slack below it, which no filter keeps (the finish's exact
+                # thresholds pass over them). A chunk lists about 1% of its entries, so only they
+                # pay for the division, below.
                 for p in T.unroll(_PER_THREAD):
-                    pre[0] = pre[0] | T.if_then_else(s[p] >= xbound[0], T.uint32(1) << T.uint32(p), T.uint32(0))
-                while pre[0] != T.uint32(0):
-                    pos[0] = lowest_set_bit(pre[0])
-                    pre[0] = pre[0] & (pre[0] - T.uint32(1))
-                    visit(_pick(s, pos[0], 0, _PER_THREAD), pos[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx), sv, m, d, bound, lowest, mask, ncand)
+                    mask[0] = mask[0] | T.if_then_else(s[p] >= xbound[0], T.uint32(1) << T.uint32(p), T.uint32(0))
             else:
                 for j in T.unroll(loads):
                     for e in T.unroll(vec):
                         # False for NaN and -inf (xbound is finite).
                         if s[j * vec + e] >= xbound[0]:
-                            visit(s[j * vec + e], j * vec + e, entry_id(base, j, e, tx), sv, m, d, bound, lowest, mask, ncand)
+                            if s[j * vec + e] / d >= bound[0]:
+                                mask[0] = mask[0] | (T.uint32(1) << T.uint32(j * vec + e))
             # Places in the list: a scan of the counts over the warp, one atomic a warp.
+            ncand[0] = T.cast(T.popcount(mask[0]), "int32")
             slot[0] = ncand[0]
             for i in T.unroll(_SHUFFLES):
                 up[0] = T.shfl_up(slot[0], 1 << i)
@@ -731,11 +739,17 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
             if lane == _WARP - 1:
                 up[0] = T.atomic_add(listed[0], slot[0], return_prev=True)
             slot[0] = T.shfl_sync(up[0], _WARP - 1) + slot[0] - ncand[0]
+            # A lane visits only its own candidates (the register picked by a tree of selects): a
+            # branch an entry cost the warp every branch any of its lanes took. Every entry with
+            # s == m is one (bound <= m) and offers its id to lowest's atomic min.
             while mask[0] != T.uint32(0):
                 pos[0] = lowest_set_bit(mask[0])
                 mask[0] = mask[0] & (mask[0] - T.uint32(1))
+                sv[0] = _pick(s, pos[0], 0, _PER_THREAD) / d
+                if sv[0] == m:
+                    T.atomic_min(lowest[0], entry_id(base, pos[0] // vec, pos[0] % vec, tx))
                 if slot[0] < LIST_CAP:
-                    list_s[rec, slot[0]] = _pick(s, pos[0], 0, _PER_THREAD) / d
+                    list_s[rec, slot[0]] = sv[0]
                     list_id[rec, slot[0]] = entry_id(base, pos[0] // vec, pos[0] % vec, tx)
                 slot[0] += 1
             for i in T.unroll(_SHUFFLES):
@@ -752,10 +766,10 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                     wsum[0] += red_sum[w]
                 chunk_f[rec, 0] = m
                 chunk_f[rec, 1] = wsum[0]
-                chunk_i[rec, 0] = T.if_then_else(fin64[0] > T.int64(0), lowest[0], -1)
-                chunk_i[rec, 1] = T.cast(fin64[0], "int32")
+                chunk_i[rec, 0] = T.if_then_else(fin[0] > 0, lowest[0], -1)
+                chunk_i[rec, 1] = fin[0]
                 # Finite entries whose s all underflowed to -inf bound nothing: an overflow.
-                chunk_i[rec, 2] = T.if_then_else(fin64[0] > T.int64(0) and m == -T.infinity("float32"), LIST_CAP + 1, listed[0])
+                chunk_i[rec, 2] = T.if_then_else(fin[0] > 0 and m == -T.infinity("float32"), LIST_CAP + 1, listed[0])
                 arrive(arrivals, bx, n_chunks, slot, last)
             T.sync_threads()
 
