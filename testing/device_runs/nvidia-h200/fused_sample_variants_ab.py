@@ -4,17 +4,20 @@ source tree's root on a CUDA device:
 
     VARIANTS="base=.gpu/fs_base.py,new=kernels/fused_sample/cuda.py" python3 fused_sample_variants_ab.py
 
-Each variant is a copy of kernels/fused_sample/cuda.py, imported under its own module name (the
-kernels it imports from, random_sampling's and the sampler's, are this tree's), and run the way the
-interface runs it: fused_sample_tl below api.FLAGGING_MIN_ROWS rows, else fused_sample_flagging_tl
-and sampler_flagged_tl, with the interface's workspace. Inputs are the bench's (logits randn * 4,
+Each variant NAME=PATH[@FORM] is a copy of kernels/fused_sample/cuda.py, imported under its own
+module name (the kernels it imports from, random_sampling's and the sampler's, are this tree's),
+and run with the interface's workspace in one of its forms: `auto` (the default) as the interface
+runs it, fused_sample_tl below api.FLAGGING_MIN_ROWS rows, else fused_sample_flagging_tl and
+sampler_flagged_tl; `one` fused_sample_tl at every batch; `flag` the two launches at every batch;
+`flag_only` fused_sample_flagging_tl alone (what the second launch costs: correct only while no
+row is flagged, which the check below would show). Inputs are the bench's (logits randn * 4,
 top-k 50, top-p 0.9, temperature 0.7, random counters): for each (dtype, V, B) every variant is
 timed by testing.timer (CUDA-graph replay, input sets rotated past 2 x L2), median of three
 alternating rounds, and checked in the same run: its tokens and logprobs equal the interface's
 (the committed kernel) on the first set, tokens exactly, logprobs within 1e-5 relative.
 
 NCU=1 instead launches each variant a few times at fp32 B = 128 (for a profiler run), and WARM=1
-once at B = 64 in each dtype (compiling it, so that several processes can fill TileLang's cache at
+once at B = 1 and 64 in each dtype (compiling it, so that several processes can fill TileLang's cache at
 once); neither times anything."""
 import importlib.util
 import os
@@ -29,6 +32,7 @@ from kernels.sampler.cuda import sampler_flagged_tl
 from testing import timer
 
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/fused_sample/cuda.py").split(",")]
+FORMS = ("auto", "one", "flag", "flag_only")
 SWEEP = [(torch.float32, 129280), (torch.bfloat16, 151936)]
 BATCHES = [int(b) for b in os.environ.get("BATCHES", "1,64,128,512").split(",")]
 dev = torch.device("cuda")
@@ -41,15 +45,19 @@ def load(name, path):
     return mod
 
 
-def runner(mod):
+def runner(mod, form):
+    assert form in FORMS, form
+
     def run(logits, t, k, p, mp, seed, offset):
         args = (logits, t, k, p, mp, seed, offset, True)
         result = check_arguments("fused_sample", *args, None)
         B, V = logits.shape
         ws = api._workspace(B, V, logits.device)
-        if B < api.FLAGGING_MIN_ROWS:
+        if form == "one" or (form == "auto" and B < api.FLAGGING_MIN_ROWS):
             return launch(mod.fused_sample_tl, *args, result, ws)
         launch(mod.fused_sample_flagging_tl, *args, result, ws)
+        if form == "flag_only":
+            return result
         return launch(sampler_flagged_tl, *args, result, ws[-1:])
 
     return run
@@ -63,7 +71,13 @@ def inputs(dtype, V, B, g):
     return (logits, full(0.7), full(50, torch.int64), full(0.9), full(0.0), seed, offset)
 
 
-runs = {name: runner(load(name, path)) for name, path in VARIANTS}
+modules = {}
+runs = {}
+for name, spec in VARIANTS:
+    path, _, form = spec.partition("@")
+    if path not in modules:
+        modules[path] = load(f"{len(modules)}", path)
+    runs[name] = runner(modules[path], form or "auto")
 print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
 if os.environ.get("NCU"):
     x = inputs(torch.float32, 129280, 128, torch.Generator(device=dev).manual_seed(0))
@@ -75,9 +89,10 @@ if os.environ.get("NCU"):
 
 if os.environ.get("WARM"):
     for dtype, V in SWEEP:
-        x = inputs(dtype, V, 64, torch.Generator(device=dev).manual_seed(0))
-        for run in runs.values():
-            run(*x)
+        for B in (1, 64):
+            x = inputs(dtype, V, B, torch.Generator(device=dev).manual_seed(0))
+            for run in runs.values():
+                run(*x)
     torch.cuda.synchronize()
     sys.exit(0)
 
