@@ -23,8 +23,8 @@ Semantics are `kernels.sampler.ref` (the contract), token for token: the candida
 entries the sampler's passes look at, and they hold every entry any filter could keep (below). Only
 the logprob's float32 normaliser is this kernel's own: its own fixed order (each chunk's sum in
 thread and warp order, the chunks rescaled to the row max and added in chunk order) and, on
-ordinary chunks (step 2), x in place of s and exp2f in place of expf (the logprob stays within
-1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
+ordinary chunks (step 2), x in place of s and ex2 (subnormal terms flushed) in place of expf (the
+logprob stays within 1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
 
 Grid (n, B), _THREADS threads a block, three blocks an SM; block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
