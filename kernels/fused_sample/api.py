@@ -25,15 +25,15 @@ Dispatch:
                          allocator (no launch: B * ceil(V / ref.CHUNK) * 2068 bytes, about 1/16 of
                          the fp32 logits' size) and a per-device, per-stream counter array. Below
                          FLAGGING_MIN_ROWS rows, one launch of fused_sample_tl. From there on,
-                         fused_sample_flagging_tl (three blocks an SM) leaves a row whose
+                         fused_sample_flagging_tl (four blocks an SM) leaves a row whose
                          candidate lists could not hold it (many equal logits, top-k above 256 on
                          a large row) flagged in its counter, and a second launch,
                          sampler_flagged_tl (one block a row, the others return at once), samples
                          those rows with the sampler's passes and zeroes the counters again.
                          Two launches there deviate on purpose from KERNELS.md's "one launch":
-                         without the sampler's passes a block fits three to an SM, which is
-                         faster from 48 rows despite the second launch (kernels/fused_sample/
-                         PERF.md, "Three blocks an SM, from 48 rows"). On Ascend, the sampler's
+                         without the sampler's passes a block fits four to an SM, which is
+                         faster from 32 rows despite the second launch (kernels/fused_sample/
+                         PERF.md, "Four blocks an SM, from 32 rows"). On Ascend, the sampler's
                          kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
                          ref.MAX_ROWS rows.
@@ -61,13 +61,12 @@ __all__ = ["fused_sample"]
 
 NAME = "fused_sample"
 
-# From this many rows the three-blocks-an-SM kernel and its second launch are faster. Same-run H200
-# sweep (kernels/fused_sample/PERF.md), top-k 50, top-p 0.9, one launch / two, us, fp32 V 129280:
-# B 8 20.8 / 24.5, 16 22.7 / 26.0, 24 30.0 / 28.2, 32 31.1 / 34.2, 48 43.2 / 37.4, 64 51.5 / 45.2;
-# bf16 V 151936: 8 22.9 / 26.9, 16 29.7 / 29.0, 24 31.2 / 34.9, 32 37.6 / 37.1, 48 45.7 / 44.9.
-# Below 48 the lead changes with how the chunks fill the SMs' block slots; from 48 on two win.
-# Swept before the 2026-12-03 stage-1 change, which sped both forms up (PERF.md); not re-swept.
-FLAGGING_MIN_ROWS = 48
+# From this many rows the four-blocks-an-SM kernel and its second launch are faster. Same-run H200
+# sweep (kernels/fused_sample/PERF.md, "Four blocks an SM, from 32 rows"), top-k 50, top-p 0.9, one
+# launch / two, us, fp32 V 129280: B 16 20.8 / 23.5, 24 26.6 / 25.1, 32 28.0 / 27.4,
+# 48 38.5 / 34.2, 64 45.1 / 35.7; bf16 V 151936: 16 26.8 / 26.4, 24 28.0 / 28.8, 32 33.5 / 31.6,
+# 48 40.1 / 35.9, 64 47.3 / 40.6. At 24 the two dtypes disagree; from 32 on two launches win.
+FLAGGING_MIN_ROWS = 32
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(chunk_f, chunk_i, list_s, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of

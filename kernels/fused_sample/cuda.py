@@ -2,7 +2,7 @@
 into chunks read by many blocks at once, and finished by the last of them.
 
     k = fused_sample_tl(dtype, vec, top_k_dtype)            # one launch
-    k = fused_sample_flagging_tl(dtype, vec, top_k_dtype)   # three blocks an SM, a second launch
+    k = fused_sample_flagging_tl(dtype, vec, top_k_dtype)   # four blocks an SM, a second launch
     k(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
       chunk_f, chunk_i, list_s, list_id, arrivals)
 
@@ -26,7 +26,7 @@ thread and warp order, the chunks rescaled to the row max and added in chunk ord
 ordinary chunks (step 2), x in place of s and ex2 (subnormal terms flushed) in place of expf (the
 logprob stays within 1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
 
-Grid (n, B), _THREADS threads a block, three blocks an SM; block (c, b) reads chunk c of row b once,
+Grid (n, B), _THREADS threads a block, four blocks an SM; block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
 decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d). Stage 1 is
 what every block runs, and what most of a large batch's time goes to: each of its steps spends as
@@ -81,16 +81,17 @@ itself (correct, at one SM's share of bandwidth per pass). Two compiled forms di
                             shared memory and their registers leave room for two blocks an SM.
   fused_sample_flagging_tl  the block writes nothing but arrivals[b] = 1, and a second launch,
                             kernels/sampler/cuda.py's sampler_flagged_tl, samples the flagged rows
-                            and clears the flags. Without the passes a block needs 38 KB and 80
-                            registers: three blocks an SM, the loads of two overlapping the third's
-                            arithmetic, at the cost of that launch and fewer lists gathered at once.
+                            and clears the flags. Without the passes a block needs 38 KB and 64
+                            registers: four blocks an SM, the loads of three overlapping the
+                            fourth's arithmetic, at the cost of that launch and one list gathered
+                            at a time.
 The interface takes the first for small batches, where a launch is a large share of the time, and
 the second from api.FLAGGING_MIN_ROWS rows.
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md, through the interface): V 129280 fp32 with
-top-k 50, top-p 0.9: B = 1 18.1 us, B = 8 19.1 us (fused_sample_tl), B = 64 37.4 us, B = 128 56.3 us,
-B = 512 163.7 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
-248 / 250 / 274 / 1083 us.
+top-k 50, top-p 0.9: B = 1 18.2 us, B = 8 19.2 us (fused_sample_tl), B = 64 35.8 us, B = 128 51.8 us,
+B = 512 141.1 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
+249 / 251 / 275 / 1089 us.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -158,8 +159,9 @@ class _Layout(NamedTuple):
 # sample_row's shared memory and registers fit two blocks an SM; 3 x 8 warps gather the 16-19
 # chunks of the models' vocabularies in one round trip.
 _ONE_LAUNCH = _Layout(blocks_per_sm=2, gather_chunks=3, flag_overflow=False)
-# 80 registers a thread, within which gathering three / two chunks at once spills 112 / 20 bytes.
-_FLAGGING = _Layout(blocks_per_sm=3, gather_chunks=1, flag_overflow=True)
+# 64 registers a thread (five blocks' 48 spill 128-252 bytes), within which gathering two chunks
+# at once spills 84 bytes on sm_90a.
+_FLAGGING = _Layout(blocks_per_sm=4, gather_chunks=1, flag_overflow=True)
 # T0 takes the ceil(k / _WARPS)-th largest thread max of a warp: at most one a lane.
 _TOP_K_FILTER = _WARPS * _WARP
 # Spans (in s) below the chunk max that bound the candidates of sampled rows without top-k.
@@ -483,8 +485,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     return _fused_sample("fused_sample_tl", _ONE_LAUNCH, dtype, vec, top_k_dtype)
 
 
-# ptxas's most conservative register allocation: at the default level the vectorised sm_90a
-# configurations spill 8 bytes within 80 registers, at level 0 none does (codegen tests).
+# ptxas's most conservative register allocation: at the default level the unvectorised sm_90a
+# configurations spill 8 bytes within 64 registers, at level 0 none does (codegen tests).
 @tilelang.jit(pass_configs={**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0})
 def fused_sample_flagging_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """fused_sample_tl's kernel, except that a row its lists cannot hold is left with arrivals[b] = 1
