@@ -28,7 +28,8 @@ Dispatch:
                          fused_sample_flagging_tl (four blocks an SM) leaves a row whose
                          candidate lists could not hold it (many equal logits, top-k above 256 on
                          a large row) flagged in its counter, and a second launch,
-                         sampler_flagged_tl (one block a row, the others return at once), samples
+                         sampler_flagged_tl (one block a row, the others return at once; a
+                         programmatic dependent launch, started during the first's tail), samples
                          those rows with the sampler's passes and zeroes the counters again.
                          Two launches there deviate on purpose from KERNELS.md's "one launch":
                          without the sampler's passes a block fits four to an SM, which is

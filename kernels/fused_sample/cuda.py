@@ -81,7 +81,9 @@ itself (correct, at one SM's share of bandwidth per pass). Two compiled forms di
                             shared memory and their registers leave room for two blocks an SM.
   fused_sample_flagging_tl  the block writes nothing but arrivals[b] = 1, and a second launch,
                             kernels/sampler/cuda.py's sampler_flagged_tl, samples the flagged rows
-                            and clears the flags. Without the passes a block needs 38 KB and 64
+                            and clears the flags; it may start during this kernel's tail (a
+                            programmatic dependent launch: every block of this one triggers it
+                            on entry). Without the passes a block needs 38 KB and 64
                             registers: four blocks an SM, the loads of three overlapping the
                             fourth's arithmetic, at the cost of that launch and one list gathered
                             at a time.
@@ -89,9 +91,9 @@ The interface takes the first for small batches, where a launch is a large share
 the second from api.FLAGGING_MIN_ROWS rows.
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md, through the interface): V 129280 fp32 with
-top-k 50, top-p 0.9: B = 1 18.2 us, B = 8 19.2 us (fused_sample_tl), B = 64 35.8 us, B = 128 51.8 us,
-B = 512 141.1 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
-249 / 251 / 275 / 1089 us.
+top-k 50, top-p 0.9: B = 1 18.3 us, B = 8 19.2 us (fused_sample_tl), B = 64 34.8 us, B = 128 50.4 us,
+B = 512 139.8 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
+249 / 251 / 276 / 1089 us.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -539,6 +541,10 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
         with T.Kernel(T.ceildiv(V, CHUNK), B, threads=_THREADS) as (cx, bx):
             T.annotate_min_blocks_per_sm(layout.blocks_per_sm)
             declare_ex2_ftz()
+            if layout.flag_overflow:
+                # Once every block has started, the second launch's blocks may take the slots
+                # this grid's tail frees; they wait for this grid's end before reading anything.
+                T.pdl_trigger()
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row and record index: every offset into logits and the workspace is 64-bit.

@@ -214,6 +214,9 @@ def test_cuda_config_compiles_without_spills(factory, layout, arch, config):
     assert "__expf" not in source and "__logf" not in source and "__fdividef" not in source
     assert "--use_fast_math" not in lowered.nvcc_flags
     assert source.count("__global__ void") <= 2
+    # The flagging form lets its second launch start during its tail (a programmatic dependent
+    # launch, about 1 us at B 128: kernels/fused_sample/PERF.md).
+    assert ("cudaTriggerProgrammaticLaunchCompletion();" in source) == (factory == "fused_sample_flagging_tl")
     dtype, vec, _ = config
     if vec * (4 if dtype == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"

@@ -551,7 +551,9 @@ def sampler_flagged_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """Compiled kernel(logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty,
     flags): sampler_tl's rows b whose flags[b] (int32, at least B of them) is nonzero, each then
     set back to 0; every other block returns at once and writes nothing. fused_sample's second
-    launch: the rows whose candidate lists could not hold them (kernels/fused_sample/cuda.py)."""
+    launch: the rows whose candidate lists could not hold them (kernels/fused_sample/cuda.py).
+    Launched as a programmatic dependent launch (PDL): its blocks may start before the kernel ahead
+    of it on the stream ends, if that kernel triggers them, and read nothing until it has ended."""
     check_config("sampler_flagged_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
     F = T.dynamic("flag_slots")
@@ -575,6 +577,10 @@ def sampler_flagged_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
             r = alloc_row(dtype, vec, _THREADS, _CAP)
             flagged = T.alloc_local((1,), "int32")
             T.assume(S % vec == 0)
+            # Launched as a programmatic dependent of the kernel before it (which may let this
+            # grid start during its tail): nothing is read before that kernel has ended and its
+            # writes are visible.
+            T.pdl_sync()
             flagged[0] = flags[bx]
             if flagged[0] != 0:
                 sample_row(r, tx, bx, T.cast(bx, "int64"), logits, temperature, top_k, top_p, min_p, seed, offset, token, logprob, empty, V, vec)

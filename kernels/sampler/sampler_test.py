@@ -509,6 +509,9 @@ def test_cuda_config_compiles_without_spills(factory, arch, config):
     assert "__expf" not in source and "__logf" not in source and "__fdividef" not in source
     assert "--use_fast_math" not in lowered.nvcc_flags
     assert source.count("__global__ void") <= 2
+    # fused_sample's flagging kernel lets the flagged kernel start during its tail (programmatic
+    # dependent launch), so the flagged kernel must wait for it before reading anything.
+    assert ("cudaGridDependencySynchronize();" in source) == (factory == "sampler_flagged_tl")
     dtype, vec, _ = config
     if vec * (4 if dtype == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"

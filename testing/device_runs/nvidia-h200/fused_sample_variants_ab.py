@@ -4,8 +4,9 @@ source tree's root on a CUDA device:
 
     VARIANTS="base=.gpu/fs_base.py,new=kernels/fused_sample/cuda.py" python3 fused_sample_variants_ab.py
 
-Each variant NAME=PATH[@FORM] is a copy of kernels/fused_sample/cuda.py, imported under its own
-module name (the kernels it imports from, random_sampling's and the sampler's, are this tree's),
+Each variant NAME=PATH[+SAMPLER][@FORM] is a copy of kernels/fused_sample/cuda.py, imported under
+its own module name (the kernels it imports from, random_sampling's and the sampler's, are this
+tree's; SAMPLER, a copy of kernels/sampler/cuda.py, gives the second launch's sampler_flagged_tl),
 and run with the interface's workspace in one of its forms: `auto` (the default) as the interface
 runs it, fused_sample_tl below api.FLAGGING_MIN_ROWS rows, else fused_sample_flagging_tl and
 sampler_flagged_tl; `one` fused_sample_tl at every batch; `flag` the two launches at every batch;
@@ -28,7 +29,6 @@ import torch
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.fused_sample import api
 from kernels.sampler.api import check_arguments, launch
-from kernels.sampler.cuda import sampler_flagged_tl
 from testing import timer
 
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/fused_sample/cuda.py").split(",")]
@@ -45,7 +45,7 @@ def load(name, path):
     return mod
 
 
-def runner(mod, form):
+def runner(mod, second, form):
     assert form in FORMS, form
 
     def run(logits, t, k, p, mp, seed, offset):
@@ -58,7 +58,7 @@ def runner(mod, form):
         launch(mod.fused_sample_flagging_tl, *args, result, ws)
         if form == "flag_only":
             return result
-        return launch(sampler_flagged_tl, *args, result, ws[-1:])
+        return launch(second.sampler_flagged_tl, *args, result, ws[-1:])
 
     return run
 
@@ -74,10 +74,12 @@ def inputs(dtype, V, B, g):
 modules = {}
 runs = {}
 for name, spec in VARIANTS:
-    path, _, form = spec.partition("@")
-    if path not in modules:
-        modules[path] = load(f"{len(modules)}", path)
-    runs[name] = runner(modules[path], form or "auto")
+    paths, _, form = spec.partition("@")
+    path, _, sampler_path = paths.partition("+")
+    for p in (path, sampler_path or "kernels/sampler/cuda.py"):
+        if p not in modules:
+            modules[p] = load(f"{len(modules)}", p)
+    runs[name] = runner(modules[path], modules[sampler_path or "kernels/sampler/cuda.py"], form or "auto")
 print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
 if os.environ.get("NCU"):
     x = inputs(torch.float32, 129280, 128, torch.Generator(device=dev).manual_seed(0))
