@@ -35,10 +35,10 @@ few instructions an entry as it can (kernels/fused_sample/PERF.md, "Fewer instru
      only where some x is NaN or infinite, which one fused multiply-add an entry detects) and T0
      (below, in x).
   2. The normaliser, the sum of exp(s - m) over the finite entries: on ordinary chunks (|m| <= 128
-     and d >= 2**-60) ex2((x - max x) * log2(e) / d) by the multi-function unit alone, with
-     subnormal terms flushed (they vanish in a sum that holds the max's 1), no division an entry
-     (within 2**-15 relative of expf(s - m); it only scales the logprob); on others the sampler's
-     expf(s - m).
+     and d >= 2**-60) ex2(x * c2 - max x * c2), c2 = log2(e) / d, by one fused multiply-add and
+     the multi-function unit, with subnormal terms flushed (they vanish in a sum that holds the
+     max's 1), no division an entry (within 2**-15 relative of expf(s - m); it only scales the
+     logprob); on others the sampler's expf(s - m).
   3. Its candidates, appended to its list as (s, id): every finite entry whose s = x / d (IEEE
      division) reaches a bound that no kept entry is below (and on ordinary chunks, below, the
      few entries within that bound's rounding slack under it, which no filter keeps either).
@@ -91,9 +91,9 @@ The interface takes the first for small batches, where a launch is a large share
 the second from api.FLAGGING_MIN_ROWS rows.
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md, through the interface): V 129280 fp32 with
-top-k 50, top-p 0.9: B = 1 18.3 us, B = 8 19.2 us (fused_sample_tl), B = 64 34.8 us, B = 128 50.4 us,
-B = 512 139.8 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 248 /
-249 / 251 / 276 / 1089 us.
+top-k 50, top-p 0.9: B = 1 18.2 us, B = 8 19.2 us (fused_sample_tl), B = 64 35.0 us, B = 128 50.3 us,
+B = 512 138.5 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 247 /
+248 / 250 / 274 / 1084 us.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -603,6 +603,7 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
             sv = T.alloc_local((1,), "float32")
             dl = T.alloc_local((1,), "float32")
             c2 = T.alloc_local((1,), "float32")
+            xc2 = T.alloc_local((1,), "float32")
             lowest = T.alloc_shared((1,), "int32", scope="shared")
             lo_img = T.alloc_shared((1,), "uint32", scope="shared")
             img_lo = T.alloc_local((1,), "uint32")
@@ -681,16 +682,24 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
             # 2. The normaliser, sum of exp(s - m) over the finite entries (d = 0 at the max: also
             # where s and m are both infinite). Four partial sums, so that the exponentials do not
             # wait on each other's adds. Ordinary chunks take exp2((x - max x) * log2(e) / d), no
-            # division an entry (a few ulp off expf(s - m): the normaliser only scales the
-            # logprob); others expf(s - m) as the sampler.
+            # division an entry (within 2**-15 relative of expf(s - m): the normaliser only scales
+            # the logprob); others expf(s - m) as the sampler.
             for a in T.unroll(4):
                 part[a] = T.float32(0)
             if ordinary:
                 c2[0] = T.float32(_LOG2E) / d
-                # ex2_ftz(-inf) is 0 and fmaxf takes 0 over NaN; a term it flushes (below 2**-126)
-                # vanishes anyway in a sum that holds the max's 1.
-                for p in T.unroll(_PER_THREAD):
-                    part[p % 4] += T.max(ex2_ftz((s[p] - xmax[0]) * c2[0]), T.float32(0))
+                # The argument in one fused multiply-add, x * c2 - max x * c2: within half an ulp
+                # of |max x * c2| = |m| * log2(e) <= 185, 2**-17, of (x - max x) * c2. ex2_ftz(-inf)
+                # is 0, and a term it flushes (below 2**-126) vanishes anyway in a sum that holds
+                # the max's 1.
+                xc2[0] = xmax[0] * c2[0]
+                if T.isnan(probe[0]):
+                    # Some x is NaN or infinite: fmaxf takes 0 over NaN.
+                    for p in T.unroll(_PER_THREAD):
+                        part[p % 4] += T.max(ex2_ftz(s[p] * c2[0] - xc2[0]), T.float32(0))
+                else:
+                    for p in T.unroll(_PER_THREAD):
+                        part[p % 4] += ex2_ftz(s[p] * c2[0] - xc2[0])
             else:
                 for p in T.unroll(_PER_THREAD):
                     if s[p] > -T.infinity("float32"):
