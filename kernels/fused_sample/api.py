@@ -34,8 +34,9 @@ Dispatch:
                          Two launches there deviate on purpose from KERNELS.md's "one launch":
                          without the sampler's passes a block fits four to an SM, which is
                          faster from 32 rows despite the second launch (kernels/fused_sample/
-                         PERF.md, "Four blocks an SM, from 32 rows"). On Ascend, the sampler's
-                         kernel under this name.
+                         PERF.md, "Four blocks an SM, from 32 rows"). GPUs before sm_90 (no
+                         programmatic dependent launch) take fused_sample_tl at every batch
+                         (takes_flagging). On Ascend, the sampler's kernel under this name.
   otherwise              the sampler's kernel (sampler_tl): the chunked grid holds at most
                          ref.MAX_ROWS rows.
 Every path takes no host sync and is CUDA-graph capturable; B, V and the row stride are dynamic
@@ -51,6 +52,8 @@ otherwise, before anything is written).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -68,6 +71,21 @@ NAME = "fused_sample"
 # 48 38.5 / 34.2, 64 45.1 / 35.7; bf16 V 151936: 16 26.8 / 26.4, 24 28.0 / 28.8, 32 33.5 / 31.6,
 # 48 40.1 / 35.9, 64 47.3 / 40.6. At 24 the two dtypes disagree; from 32 on two launches win.
 FLAGGING_MIN_ROWS = 32
+# The second launch is a programmatic dependent launch (sampler_flagged_tl waits on the device for
+# the first to end), which TileLang compiles for sm_90 and later only.
+PDL_MIN_CAPABILITY = (9, 0)
+
+
+def takes_flagging(B: int, capability: tuple[int, int]) -> bool:
+    """Whether B rows on a CUDA device of this compute capability take fused_sample_flagging_tl and
+    sampler_flagged_tl (else fused_sample_tl, one launch)."""
+    return B >= FLAGGING_MIN_ROWS and tuple(capability) >= PDL_MIN_CAPABILITY
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    """The CUDA device's compute capability, read once (a host-side query, no sync)."""
+    return torch.cuda.get_device_capability(index)
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(chunk_f, chunk_i, list_s, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
@@ -112,7 +130,7 @@ def fused_sample(
     if logits.device.type != "cuda":
         return launch(ops.fused_sample_tl, *args, result)
     workspace = _workspace(B, V, logits.device)
-    if B < FLAGGING_MIN_ROWS:
+    if not takes_flagging(B, _capability(logits.device.index)):
         return launch(ops.fused_sample_tl, *args, result, workspace)
     launch(ops.fused_sample_flagging_tl, *args, result, workspace)
     # The rows whose candidate lists could not hold them, flagged in the counters: the sampler's

@@ -167,6 +167,21 @@ def test_dispatch_by_batch(monkeypatch, B, factory):
     assert name == factory
 
 
+_FROM = api.FLAGGING_MIN_ROWS
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize(
+    "B,capability,flagging",
+    [(1, (9, 0), False), (_FROM - 1, (9, 0), False), (_FROM, (9, 0), True), (512, (10, 0), True), (512, (8, 9), False), (_FROM, (8, 0), False)],
+    ids=str,
+)
+def test_flagging_form_by_batch_and_device(B, capability, flagging):
+    """The two-launch form from FLAGGING_MIN_ROWS rows, on GPUs with programmatic dependent launch
+    (sm_90 on) only: older ones take the one-launch kernel at every batch."""
+    assert api.takes_flagging(B, capability) is flagging
+
+
 @pytest.mark.ref
 @pytest.mark.parametrize("B,V", [(1, 1), (3, ref.CHUNK), (2, ref.CHUNK + 1), (5, 129280)], ids=str)
 def test_workspace_layout(monkeypatch, B, V):
