@@ -492,7 +492,8 @@ def fused_sample_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
 @tilelang.jit(pass_configs={**PASS_CONFIGS, PassConfigKey.TL_PTXAS_REGISTER_USAGE_LEVEL: 0})
 def fused_sample_flagging_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     """fused_sample_tl's kernel, except that a row its lists cannot hold is left with arrivals[b] = 1
-    and no output, for kernels/sampler/cuda.py's sampler_flagged_tl to sample (memoised)."""
+    and no output, for kernels/sampler/cuda.py's sampler_flagged_tl to sample (memoised). sm_90 and
+    later only (it triggers that launch early: PDL, which TileLang does not lower for older GPUs)."""
     return _fused_sample("fused_sample_flagging_tl", _FLAGGING, dtype, vec, top_k_dtype)
 
 

@@ -553,7 +553,8 @@ def sampler_flagged_tl(dtype: str, vec: int, top_k_dtype: str = "int64"):
     set back to 0; every other block returns at once and writes nothing. fused_sample's second
     launch: the rows whose candidate lists could not hold them (kernels/fused_sample/cuda.py).
     Launched as a programmatic dependent launch (PDL): its blocks may start before the kernel ahead
-    of it on the stream ends, if that kernel triggers them, and read nothing until it has ended."""
+    of it on the stream ends, if that kernel triggers them, and read nothing until it has ended.
+    sm_90 and later only: TileLang does not lower PDL for older GPUs."""
     check_config("sampler_flagged_tl", dtype, vec, top_k_dtype)
     B, V, S = T.dynamic("B"), T.dynamic("V"), T.dynamic("row_stride", "int64")
     F = T.dynamic("flag_slots")
