@@ -47,6 +47,21 @@ def sampler_interface() -> Callable:
     return api.sampler
 
 
+def decode_inputs(dtype: torch.dtype, V: int, batch: int, gen: torch.Generator, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """A decode step's (logits, temperature, top_k, top_p, min_p, seed, offset), drawn from gen:
+    logits randn * 4, the same TEMPERATURE / TOP_K / TOP_P for every row, no min-p, random
+    counters. The bench's inputs, and the device probes' (testing/device_runs)."""
+    logits = (torch.randn((batch, V), generator=gen, device=device) * 4).to(dtype)
+    big = 2**62
+    seed = torch.randint(-big, big, (batch,), generator=gen, device=device, dtype=torch.int64)
+    offset = torch.randint(0, big, (batch,), generator=gen, device=device, dtype=torch.int64)
+
+    def full(value, dt=torch.float32):
+        return torch.full((batch,), value, dtype=dt, device=device)
+
+    return (logits, full(TEMPERATURE), full(TOP_K, torch.int64), full(TOP_P), full(0.0), seed, offset)
+
+
 def sampling_case(
     kernel: str,
     dtype: torch.dtype,
@@ -67,15 +82,7 @@ def sampling_case(
         from kernels.sampler import ref
 
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        logits = (torch.randn((batch, V), generator=gen, device=device) * 4).to(dtype)
-        big = 2**62
-        seed = torch.randint(-big, big, (batch,), generator=gen, device=device, dtype=torch.int64)
-        offset = torch.randint(0, big, (batch,), generator=gen, device=device, dtype=torch.int64)
-
-        def full(value, dt=torch.float32):
-            return torch.full((batch,), value, dtype=dt, device=device)
-
-        params = (full(TEMPERATURE), full(TOP_K, torch.int64), full(TOP_P), full(0.0), seed, offset)
+        logits, *params = decode_inputs(dtype, V, batch, gen, device)
 
         def timed(fn: Callable) -> Callable[[], Any]:
             """fn on this case's inputs, allocating its outputs as the references do."""

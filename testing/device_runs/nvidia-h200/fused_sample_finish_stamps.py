@@ -121,6 +121,7 @@ def main():
     from kernels.fused_sample.ref import CHUNK, LIST_CAP
     from kernels.sampler.api import check_arguments, launch
     from kernels.sampler.cuda import sampler_flagged_tl
+    from kernels.sampler.sampler_bench import decode_inputs
 
     mod = load_stamped()
     dev = torch.device("cuda")
@@ -129,12 +130,7 @@ def main():
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     print("device", torch.cuda.get_device_name(), flush=True)
     for B in [int(b) for b in os.environ.get("BATCHES", "1,128,512").split(",")]:
-        g = torch.Generator(device=dev).manual_seed(B)
-        logits = torch.randn(B, V, generator=g, device=dev) * 4
-        full = lambda v, dt=torch.float32: torch.full((B,), v, dtype=dt, device=dev)
-        seed = torch.randint(-2**62, 2**62, (B,), generator=g, device=dev)
-        offset = torch.randint(0, 2**62, (B,), generator=g, device=dev)
-        args = (logits, full(0.7), full(50, torch.int64), full(0.9), full(0.0), seed, offset, True)
+        args = (*decode_inputs(torch.float32, V, B, torch.Generator(device=dev).manual_seed(B), dev), True)
         ws = api._workspace(B, V, dev)
         want = api.fused_sample(*args[:7], return_logprobs=True)
         for cold in (False, False, False, True):

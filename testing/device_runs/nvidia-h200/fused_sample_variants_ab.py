@@ -29,6 +29,7 @@ import torch
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.fused_sample import api
 from kernels.sampler.api import check_arguments, launch
+from kernels.sampler.sampler_bench import decode_inputs
 from testing import timer
 
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/fused_sample/cuda.py").split(",")]
@@ -64,11 +65,7 @@ def runner(mod, second, form):
 
 
 def inputs(dtype, V, B, g):
-    logits = (torch.randn(B, V, generator=g, device=dev) * 4).to(dtype)
-    full = lambda v, dt=torch.float32: torch.full((B,), v, dtype=dt, device=dev)
-    seed = torch.randint(-2**62, 2**62, (B,), generator=g, device=dev)
-    offset = torch.randint(0, 2**62, (B,), generator=g, device=dev)
-    return (logits, full(0.7), full(50, torch.int64), full(0.9), full(0.0), seed, offset)
+    return decode_inputs(dtype, V, B, g, dev)
 
 
 modules = {}
