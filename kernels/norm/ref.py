@@ -99,11 +99,15 @@ def fp32_eps(eps, name: str = "norm") -> float:
 
 
 def fp8_group(d: int, group_size, name: str = "norm") -> int:
-    """Elements per scale for `group_size` (None: one per token, i.e. d). ValueError naming group_size
-    unless it is None or one of FP8_GROUPS dividing d."""
+    """Elements per scale for `group_size` (None: one per token, i.e. d). TypeError naming group_size
+    unless it is None or an int (not a bool); ValueError naming it unless it is one of FP8_GROUPS
+    dividing d."""
     if group_size is None:
         return d
-    if isinstance(group_size, bool) or group_size not in FP8_GROUPS:
+    # 128.0 == 128 would pass the membership test and reach torch's reshape as a float.
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"{name}: group_size must be an int or None, got {type(group_size).__name__}")
+    if group_size not in FP8_GROUPS:
         raise ValueError(f"{name}: group_size must be None (per token) or one of {FP8_GROUPS}, got {group_size!r}")
     if d % group_size:
         raise ValueError(f"{name}: group_size {group_size} does not divide the width {d}")

@@ -5,8 +5,9 @@
     counts = tilelang_ops.count_outlier_columns(x, threshold)
     count_outlier_columns(x, threshold, out=counts)
 
-x             (T, D) bfloat16 | float16 | float32, D >= 1 (D <= 16384 in row mode); rows may be
-              strided (a view of a wider tensor) but the last dimension must be contiguous.
+x             (T, D) bfloat16 | float16 | float32, T <= 2**31 - 1, D >= 1 (D <= 16384 in row
+              mode); rows may be strided (a view of a wider tensor) but the last dimension must be
+              contiguous.
 threshold     a real number (rounded to float32; NaN rejected; each call then fills a (1,) device
               tensor, a tiny allocation and fill kernel), or a (1,) float32 tensor on x's device:
               the kernels read it at run time, so a tuned threshold needs no recompile and a
@@ -32,8 +33,8 @@ mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps th
 stream it was captured on: do not replay it concurrently with another graph captured on that
 stream or with calls on that stream. CPU tensors are served by the PyTorch
 reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
-written. T == 0 launches no kernel: the outputs are empty, and count / counts are zeros (a torch
-fill, or a fresh zeros tensor).
+written. T == 0 launches no TileLang kernel: absmax, flag and flagged_rows are empty, and count /
+counts are zeroed by a torch fill (zero_) on the caller's current stream.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from kernels.interface import (
+    INT32_MAX,
     backend_ops,
     base_alignment,
     check_no_overlap,
@@ -68,6 +70,9 @@ ONE_LAUNCH_MAX_ROWS = 2048
 
 def _check_x(name: str, x, max_width: int | None) -> None:
     check_rows(name, "x", x, DTYPES, max_width)
+    # The kernels index rows, and flagged_rows holds row ids, in int32.
+    if x.shape[0] > INT32_MAX:
+        raise ValueError(f"{name}: x has {x.shape[0]} rows; at most {INT32_MAX} are supported")
     if x.shape[1] == 0:
         raise ValueError(f"{name}: x has width 0; at least 1 column is needed")
 

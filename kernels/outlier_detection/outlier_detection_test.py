@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernels.outlier_detection import api, ref
 from testing.graphs import capture_each_after_warm_up, counters_left_zero, dirty_graph_pool, later_first
@@ -363,6 +365,25 @@ def _written(out) -> list[torch.Tensor]:
 def test_bad_input_raises_and_writes_nothing(case):
     _, fn, kwargs, error, message = case
     assert_rejected_without_writes(fn, kwargs, error, message, _written(kwargs.get("out")))
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("mode", ["rows", "columns"])
+def test_more_than_int32_rows_rejected(mode):
+    # Fake tensors carry shape, strides and device but no storage, so 2**31 rows cost nothing (an
+    # expand()ed view cannot stand in: its row stride 0 is rejected first). The outputs are fake too,
+    # so that a missing row check fails this test without allocating gigabytes.
+    n = 2**31
+    with FakeTensorMode():
+        x = torch.empty((n, 8), dtype=torch.bfloat16)
+        if mode == "rows":
+            fn = api.detect_outlier_rows
+            specs = ((n,), torch.float32), ((n,), torch.bool), ((n,), torch.int32), ((1,), torch.int32)
+            out = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in specs)
+        else:
+            fn, out = api.count_outlier_columns, torch.empty((8,), dtype=torch.int32)
+    with pytest.raises(ValueError, match=re.escape(f"x has {n} rows; at most {n - 1} are supported")):
+        fn(x, 1.0, out=out)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -166,20 +166,21 @@ def special_rows(d: int, dtype: torch.dtype, group: int) -> torch.Tensor:
 # Reference suite: formats.py against the oracles.
 
 
-def _boundary_values() -> np.ndarray:
-    """Every e2m1 / e4m3 value and midpoint, their float32 neighbours, plus random and extreme values."""
+def _boundary_values(seed: int) -> np.ndarray:
+    """Every e2m1 / e4m3 value and midpoint, their float32 neighbours, plus random values (drawn from
+    `seed`, the test's) and extreme values."""
     mids = np.concatenate([(E2M1_TABLE[1:] + E2M1_TABLE[:-1]) / 2, (E4M3_TABLE[1:] + E4M3_TABLE[:-1]) / 2])
     base = np.concatenate([E2M1_TABLE, E4M3_TABLE, mids, [7.0, 100.0, 448.0, 464.0, 480.0, 1e4, 3.4e38, 1e-40, 1e-45]]).astype(F32)
     near = np.concatenate([base, np.nextafter(base, F32(np.inf)), np.nextafter(base, F32(0))])
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     rand = (rng.standard_normal(20000) * 10.0 ** rng.uniform(-4, 3, 20000)).astype(F32)
     vals = np.concatenate([near, -near, rand, [np.inf, -np.inf, 0.0, -0.0]]).astype(F32)
     return vals
 
 
 @pytest.mark.ref
-def test_encode_e2m1_matches_exhaustive_search():
-    v = _boundary_values()
+def test_encode_e2m1_matches_exhaustive_search(seed):
+    v = _boundary_values(seed)
     got = formats.encode_e2m1(torch.from_numpy(v)).numpy()
     assert np.array_equal(got, oracle_e2m1(v))
     nan = formats.encode_e2m1(torch.tensor([math.nan, -math.nan]))
@@ -187,8 +188,8 @@ def test_encode_e2m1_matches_exhaustive_search():
 
 
 @pytest.mark.ref
-def test_encode_e4m3_matches_exhaustive_search_and_torch():
-    v = _boundary_values()
+def test_encode_e4m3_matches_exhaustive_search_and_torch(seed):
+    v = _boundary_values(seed)
     got = as_bits(formats.encode_e4m3(torch.from_numpy(v))).numpy().astype(np.uint8)
     _assert_fp8_codes(formats.encode_e4m3(torch.from_numpy(v)), oracle_e4m3(v), "encode_e4m3")
     # Within range it is exactly torch's cast; beyond, +-448 (0x7E / 0xFE), never NaN.
@@ -211,8 +212,8 @@ def test_e2m1_decode_pack_round_trip():
 
 
 @pytest.mark.ref
-def test_ue8m0_round_up_matches_frexp():
-    rng = np.random.default_rng(3)
+def test_ue8m0_round_up_matches_frexp(seed):
+    rng = np.random.default_rng(seed)
     s = np.concatenate(
         [
             (rng.random(20000) * 10.0 ** rng.uniform(-37, 37, 20000)).astype(F32),
@@ -384,7 +385,7 @@ def _e2m1_word_nibbles(v: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.ref
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_e2m1_word_matches_encode_e2m1(dtype):
+def test_e2m1_word_matches_encode_e2m1(dtype, seed):
     # NVFP4's fast path encodes v = __fmaf_rn(x, inv, +0.0) with tl_formats.e2m1_word: here its
     # steps against formats.encode_e2m1(v) for every x of the dtype times random inv (and the
     # smallest inv the fast path allows, where the tiniest x still gives a nonzero product), and for
@@ -404,7 +405,7 @@ def test_e2m1_word_matches_encode_e2m1(dtype):
         assert not ((v == 0) & (x != 0)).any(), f"inv={inv.item()!r}: a nonzero product rounds to zero"
         bad = _e2m1_word_nibbles(v) != formats.encode_e2m1(v)
         assert not bad.any(), f"inv={inv.item()!r}: {int(bad.sum())} differ, first x={x[bad][0].item()!r}"
-    v = torch.from_numpy(_boundary_values())
+    v = torch.from_numpy(_boundary_values(seed))
     v = v[(v != 0) | ~torch.signbit(v)]
     bad = _e2m1_word_nibbles(v) != formats.encode_e2m1(v)
     assert not bad.any(), f"{int(bad.sum())} differ, first v={v[bad][0].item()!r}"
@@ -1000,11 +1001,11 @@ def test_device_quant_fp4_e4m3_word_encoder_edges(device, dtype):
 
 
 @pytest.mark.device
-def test_device_quant_fp4_encodes_every_boundary(device):
+def test_device_quant_fp4_encodes_every_boundary(device, seed):
     # Groups of 32 fp32 values led by 6.0 have the UE8M0 scale 1 (and inv 1), so every other value
     # reaches the e2m1 encoder as it is: every grid value and midpoint, their fp32 neighbours, both
     # signs, zeros, NaN and random magnitudes up to 6 (larger ones would raise the scale), shuffled.
-    v = torch.from_numpy(_boundary_values())
+    v = torch.from_numpy(_boundary_values(seed))
     v = torch.cat((v, torch.tensor([math.nan, -math.nan])))
     v = v[(v.abs() <= 6) | v.isnan()]
     v = v[torch.randperm(v.numel())]
@@ -1085,7 +1086,9 @@ def test_device_quant_fp8_block(device, dtype, ue8m0, n, k, row_stride):
 def test_device_quant_fp8_block_special(device):
     w = special_rows(384, torch.bfloat16, 128).repeat(20, 1).to(device)
     q_ref, s_ref = ref.quant_fp8_block_ref(w, 128)
-    q, s = api.quant_fp8_block(w)
+    q, s = api.quant_fp8_block(
+        w, out=poisoned(tuple(q_ref.shape), q_ref.dtype, device), scale_out=poisoned(tuple(s_ref.shape), s_ref.dtype, device)
+    )
     _assert_same(q, q_ref, "block q")
     _assert_same(s, s_ref, "block scale")
 
@@ -1097,7 +1100,9 @@ def test_device_64bit_offsets(device):
     t = (2**31) // d + 64
     x = torch.randn((t, d), device=device, dtype=torch.bfloat16)
     check = torch.cat([torch.arange(0, 8), torch.arange(t - 72, t)]).to(device)
-    q, s = api.quant_fp8(x, 128)
+    q, s = api.quant_fp8(
+        x, 128, out=poisoned((t, d), torch.float8_e4m3fn, device), scale_out=poisoned((t, d // 128), torch.float32, device)
+    )
     q_ref, s_ref = ref.quant_fp8_ref(x[check], 128)
     _assert_same(q[check], q_ref, "q")
     _assert_same(s[check], s_ref, "scale")
@@ -1208,6 +1213,7 @@ def test_device_cuda_graph_replay(device, backend, kind):
     for _ in range(3):
         x.copy_(random_rows(t, d, torch.bfloat16, device=device))
         as_bits(q).fill_(0x7F)
+        s.copy_(poisoned(tuple(s.shape), s.dtype, device))
         graph.replay()
         q_ref, s_ref = expected()
         _assert_same(q, q_ref, f"{kind} q")

@@ -50,8 +50,9 @@ FP4 e2m1, MX style: group 32, UE8M0 scales
     dequant_fp4_ue8m0_ref(packed, scale) = bf16(decode(code) * 2 ** (byte - 127))
 
 NaN / Inf (from formats.py): NaN is ignored by amax; a group holding +-Inf has an Inf scale: in FP8
-its finite values become +-0 and its Inf/NaN values NaN; in FP4 (no NaN) NaN encodes as +0, and an
-Inf group's values encode as +-0 with scale byte 255 (MX) or, for NVFP4, s32 = Inf clamps to 448.
+its finite values become +-0 and its Inf/NaN values NaN; in FP4 (no NaN) NaN encodes as +0. In an
+MX group holding +-Inf (scale byte 255) every code is 0 (+0): finite values scale to +-0, which
+encode as code 0, and Inf/NaN values scale to NaN. For NVFP4, s32 = Inf clamps to 448.
 1 / scale is an IEEE reciprocal (torch.reciprocal), once per group.
 """
 
