@@ -554,6 +554,7 @@ def test_device_cuda_graph_replay(device, backend, kind):
         seq_starts.copy_(torch.randint(0, bs * 4, (b,)).to(device))
         table.copy_(random_table(b, mb, nb, invalid=0.05, device=device))
         out.copy_(poisoned((cap, 576), torch.bfloat16, device))
+        cu.copy_(poisoned((b + 1,), torch.int32, device))
         graph.replay()
         total = int(lens.sum())
         expected, e_cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, total)

@@ -7,16 +7,16 @@
 kv             MLA latent rows: (T, D) bfloat16 or float16 (float16 only into a plain cache), rows
                may be strided (a view of a wider tensor), last dimension contiguous.
                Per head: k (T, H, Dh) bfloat16 or float16, any token and head strides, last
-               dimension contiguous; H * Dh <= 16384 (and D <= 16384 for plain MLA rows).
+               dimension contiguous; 1 <= H * Dh <= 16384 (and 1 <= D <= 16384 for plain MLA rows).
 cache          the layout follows the cache's dtype and rank (kernels/store_kv_cache/ref.py):
                (num_blocks, block_size, D) of kv's dtype: rows stored as they are;
                (num_blocks, block_size, 400) torch.float4_e2m1fn_x2: FP4 records of 576-wide rows;
                (num_blocks, block_size, 656) torch.float8_e4m3fn: FP8 records (DeepSeek-V3.2);
                per head (num_blocks, block_size, H, Dh) ("NHD") or (num_blocks, H, block_size, Dh)
-               ("HND") of k's dtype. The byte layouts are kernels/store_kv_cache/layout.py.
-               Each block must be dense (one contiguous run of memory); blocks may be strided, so
-               a cache can be a view of a larger allocation (K and V interleaved per block, one
-               layer of a multi-layer pool).
+               ("HND") of k's dtype; block_size >= 1. The byte layouts are
+               kernels/store_kv_cache/layout.py. Each block must be dense (one contiguous run of
+               memory); blocks may be strided, so a cache can be a view of a larger allocation (K
+               and V interleaved per block, one layer of a multi-layer pool).
 slot_mapping   (T,) int32 or int64 on kv's device, contiguous: slot = block * block_size + offset.
                slot < 0 skips the token (padding); slot >= num_blocks * block_size is never
                written. Valid slots should be distinct (a shared slot gets one of the rows).
@@ -85,6 +85,11 @@ def _blocks_disjoint(a: torch.Tensor, b: torch.Tensor) -> bool:
     shift = abs(b.data_ptr() - a.data_ptr()) % pitch if a.shape[0] > 1 else abs(b.data_ptr() - a.data_ptr())
     return shift >= block and (a.shape[0] == 1 or pitch - shift >= block)
 
+def _check_block_size(cache: torch.Tensor, block_size: int) -> None:
+    # The CPU reference would store nothing into a cache without slots; the kernels reject it.
+    if block_size < 1:
+        raise ValueError(f"{NAME}: cache has block_size 0 (shape {tuple(cache.shape)}); a block must hold at least one slot")
+
 def _check_mla(kv, cache, v, v_cache, layout: str) -> None:
     rec = records.record_layout(cache.dtype)
     if rec is not None:
@@ -95,9 +100,12 @@ def _check_mla(kv, cache, v, v_cache, layout: str) -> None:
     else:
         check_rows(NAME, "kv", kv, [cache.dtype], MAX_ROW)
         width = kv.shape[1]
+        if width < 1:
+            raise ValueError(f"{NAME}: kv has width 0; 1 to {MAX_ROW} elements per token are supported")
     check_tensor(NAME, "cache", cache, dim=3, like=kv)
     if cache.shape[2] != width:
         raise ValueError(f"{NAME}: cache must be (num_blocks, block_size, {width}) for kv {tuple(kv.shape)}, got {tuple(cache.shape)}")
+    _check_block_size(cache, cache.shape[1])
     if v is not None or v_cache is not None:
         raise ValueError(f"{NAME}: v and v_cache are for per-head caches (kv of shape (T, H, Dh))")
     if layout != "NHD":
@@ -119,6 +127,7 @@ def _check_heads(kv, cache, v, v_cache, layout: str) -> None:
     if heads != h or d != dh:
         order = "(num_blocks, block_size, H, Dh)" if layout == "NHD" else "(num_blocks, H, block_size, Dh)"
         raise ValueError(f"{NAME}: cache must be {order} = (*, *, {h}, {dh}) for layout {layout!r}, got {tuple(cache.shape)}")
+    _check_block_size(cache, block_size)
     if (v is None) != (v_cache is None):
         raise ValueError(f"{NAME}: v and v_cache go together (got {'v' if v is not None else 'v_cache'} alone)")
     if v is not None:

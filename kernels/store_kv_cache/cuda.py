@@ -23,13 +23,14 @@ out_of_range   (1,) int32: the checked kernels add the number of slots >= num_bl
 All base pointers are aligned to `x_align` bytes (the caller folds them into one number).
 
 Row i goes to slot s = slot_mapping[i], i.e. block s // block_size, offset s % block_size. A slot
-< 0 (a padding token) is skipped without reading the row; a slot >= num_blocks * block_size is never
-written (the checked kernels count it). Valid slots must be distinct (which of two rows sharing a
-slot lands is unspecified). Quantised records are `layout.encode_rows` bit for bit: fmaxf amax (NaN
-ignored), the floor, an IEEE division by the format maximum, UE8M0 rounding by integer bit
-arithmetic, one IEEE reciprocal per group, one multiply per element, e4m3 clamp with NaN kept or
-e2m1 nearest-even by comparisons (kernels/quant/tl_formats.py); no fast-math and no add, so no
-fused multiply-add can change a rounding.
+< 0 (a padding token) is not written, but its row may still be read (the loads go out with the
+slot's); a slot >= num_blocks * block_size is never written (the checked kernels count it). Valid
+slots must be distinct (which of two rows sharing a slot lands is unspecified). Quantised records
+are `layout.encode_rows` bit for bit: fmaxf amax (NaN ignored), the floor, an IEEE division by the
+format maximum, UE8M0 rounding by integer bit arithmetic, one IEEE reciprocal per group, one
+multiply per element, e4m3 clamp with NaN kept or e2m1 nearest-even by comparisons
+(kernels/quant/tl_formats.py); no fast-math and no add, so no fused multiply-add can change a
+rounding.
 
 t and num_blocks are dynamic: one compiled kernel serves every batch and every cache size; every
 offset is 64-bit (slot * record_bytes and block * block_stride pass 2**31 on large caches). t == 0
@@ -102,7 +103,6 @@ _MAX_STEPS = 4
 # Quantised records: lanes per token and latent values per lane.
 _RECORD_LANES = 16
 _LANE_VALUES = LATENT // _RECORD_LANES
-E4M3 = "float8_e4m3"
 
 
 def _check_common(name: str, index_dtype: str, block_size: int, x_align: int) -> None:

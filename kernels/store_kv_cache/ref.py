@@ -7,7 +7,7 @@
 Writes new per-token rows into a paged cache, in place, and returns nothing. Token i goes to slot
 s = slot_mapping[i], which is block s // block_size, offset s % block_size of the cache:
 
-  * s < 0: skipped (a padding token); its row is not read.
+  * s < 0: skipped (a padding token): not written, but its row may be read (the CUDA kernel loads it).
   * s >= num_blocks * block_size: never written; when `out_of_range` (a (1,) int32 tensor) is
     given, the number of such slots is added to it.
   * Valid slots should be distinct: if two tokens share one, which row lands is unspecified.

@@ -11,6 +11,7 @@ bit set where the GPU's has not).
 from __future__ import annotations
 
 import math
+import re
 import struct
 
 import numpy as np
@@ -357,6 +358,9 @@ def _bad_inputs():
     case("plain-width", ValueError, "cache must be (num_blocks, block_size, 576)", cache=plain((2, 4, 512)))
     case("plain-dtype", TypeError, "kv has dtype torch.bfloat16; expected torch.float16", cache=plain(dtype=torch.float16))
     case("plain-too-wide", ValueError, "kv has width 16385", kv=kv(d=16385), cache=plain((1, 4, 16385)))
+    case("plain-width-0", ValueError, "kv has width 0", kv=kv(d=0), cache=plain((2, 4, 0)))
+    case("plain-block-size-0", ValueError, "cache has block_size 0", kv=kv(d=8), cache=plain((2, 0, 8)))
+    case("fp4-block-size-0", ValueError, "cache has block_size 0", cache=fp4((2, 0, 400)))
     case("kv-last-strided", ValueError, "kv's last dimension must be contiguous", kv=torch.zeros(4, 1152, dtype=bf)[:, ::2])
     case("slots-fp32", TypeError, "slot_mapping has dtype torch.float32", slot_mapping=slots().float())
     case("slots-int16", TypeError, "slot_mapping has dtype torch.int16", slot_mapping=slots(dtype=torch.int16))
@@ -380,6 +384,8 @@ def _bad_inputs():
     case("heads-cache-3d", ValueError, "cache must be 4-D", kv=h4, cache=plain((2, 4, 16), torch.float16))
     case("heads-shape", ValueError, "cache must be (num_blocks, block_size, H, Dh)", kv=h4, cache=hcache((2, 4, 3, 8)))
     case("heads-hnd-shape", ValueError, "cache must be (num_blocks, H, block_size, Dh)", kv=h4, cache=hcache((2, 4, 2, 8)), layout="HND")
+    case("heads-block-size-0", ValueError, "cache has block_size 0", kv=h4, cache=hcache((2, 0, 2, 8)))
+    case("heads-hnd-block-size-0", ValueError, "cache has block_size 0", kv=h4, cache=hcache((2, 2, 0, 8)), layout="HND")
     case("heads-too-wide", ValueError, "H * Dh = 16400", kv=torch.zeros(4, 2, 8200, dtype=torch.float16), cache=hcache((1, 1, 2, 8200)))
     case("v-alone", ValueError, "v and v_cache go together (got v alone)", kv=h4, cache=hcache(), v=heads())
     case("v-cache-alone", ValueError, "v and v_cache go together (got v_cache alone)", kv=h4, cache=hcache(), v_cache=hcache())
@@ -422,6 +428,16 @@ def _config_id(case) -> str:
     return name.removeprefix("store_kv").removesuffix("_tl").strip("_") + "-" + "-".join(str(a).replace(" ", "") for a in args)
 
 
+# 64-bit offsets in the lowered source (t * row stride and block * block stride pass 2**31): the
+# token row (from blockIdx.x) is widened before it meets the row stride, and the slot, or its block,
+# is an int64 (its own type or a widening cast) when it meets the cache's strides. 32-bit offset
+# arithmetic prints `((int)blockIdx.x) * 4096` and `slot[0] * 1024` instead.
+_ROW_OFFSET_64 = re.compile(r"\b(k|kv)(\[| \+ )\(+\(int64_t\)\(\(int\)blockIdx\.x\)\) \* \(int64_t\)")
+_SLOT_OFFSET_64 = re.compile(
+    r"\b(k_cache|cache)(\[| \+ )\(+(slot\[0\]|\(int64_t\)slot\[\(int64_t\)0\]\))( (>>|/) \(int64_t\)\d+\))? \* \(int64_t\)"
+)
+
+
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("case", _configs("cuda"), ids=_config_id)
@@ -432,7 +448,7 @@ def test_cuda_config_compiles_without_spills(arch, case):
     name, (*args, align) = case
     fn = getattr(cuda, name)
     lowered = codegen_cuda.lower_cuda(fn, *args, x_align=align, arch=arch)
-    assert "int64_t" in lowered.source, "offsets must be 64-bit"
+    assert _ROW_OFFSET_64.search(lowered.source) and _SLOT_OFFSET_64.search(lowered.source), "offsets must be 64-bit"
     assert "__fdividef" not in lowered.source and "--use_fast_math" not in lowered.nvcc_flags
     assert ("AtomicAdd" in lowered.source) == ("checked" in name)
     report = codegen_cuda.check_cuda_resources(fn, *args, x_align=align, arch=arch)
