@@ -13,9 +13,10 @@ taken lowest ids first). t is dynamic; NB, k, num_sink and num_local are compile
 
 Where the work runs (vector (AIV) cores): one persistent block per vector core over query rows.
 MTE2 brings a row of scores (at most 8 KiB) and the row's count into the UB; the scalar unit turns
-each score into its ranking key, finds the threshold by the same four 8-bit radix passes as the
-CUDA kernel (a 256-bin UB histogram of the keys matching the prefix so far, then a walk of the bins
-from the top), and compacts the selected ids in ascending order into a UB row of k ids with -1
+each score into its ranking key, finds the same threshold as the CUDA kernels by four 8-bit radix
+passes (the CUDA kernels use three digits of 11, 11 and 10 bits; each pass here is a 256-bin UB
+histogram of the keys matching the prefix so far, then a walk of the bins from the top), and
+compacts the selected ids in ascending order into a UB row of k ids with -1
 padding. Paged calls then map the row through the block table in a SIMT region (one thread per
 output slot, scalar GM loads of block_table, as get_kv_index's Ascend kernels read it), and MTE3
 stores the row. The scalar passes cost about 5 * NB scalar steps per row: correct and simple, not

@@ -3,7 +3,7 @@ attention. The contract.
 
     ids = candidate_blocks_ref(scores, n_t, k, num_sink=0, num_local=0, block_table=None, req_index=None)
 
-scores       (T, NB) float32, last dim contiguous: the score of query t for KV block j.
+scores       (T, NB) float32, contiguous: the score of query t for KV block j.
 n_t          (T,) int32 or int64: query t's causal block count; blocks j >= n_t are not candidates.
              Invalid counts are clamped to [0, NB] (negative -> no candidates, > NB -> all NB).
 k            static int in [1, MAX_K]: the output width.

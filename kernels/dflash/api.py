@@ -11,10 +11,12 @@ embedding      (V, He) bfloat16, contiguous, V >= 1, 1 <= He <= 16384.
 w_h (H,), w_e (He,), bias (1,): float32, contiguous; bias is a device tensor (no recompile, no sync
                when it changes).
 draft_tokens   (N,) int32 or int64, contiguous: the drafted tokens.
-cu_draft_lens  (B + 1,) int32 or int64, contiguous, non-decreasing, cu_draft_lens[0] = 0: request b
-               owns rows cu_draft_lens[b] .. cu_draft_lens[b + 1] - 1. Checking cu_draft_lens[B] == N
-               would need the values on the host: it is not checked; rows past cu_draft_lens[B] are
-               padding (confidence computed, token -1) and only rows < N are ever read.
+cu_draft_lens  (B + 1,) int32 or int64, contiguous, non-decreasing, cu_draft_lens[0] canonically 0
+               (other values are handled as below): request b owns rows cu_draft_lens[b] ..
+               cu_draft_lens[b + 1] - 1, clamped into [0, N). Checking cu_draft_lens[B] == N would
+               need the values on the host: it is not checked; rows before cu_draft_lens[0] or past
+               cu_draft_lens[B] are padding (confidence computed, token -1) and only rows < N are
+               ever read.
 threshold      a Python real number in [0, 1], rounded to float32; compiled into the CUDA kernel (one
                compile per distinct threshold).
 out            caller-owned outputs (contiguous, exact shapes and dtypes): a DflashOutput or 4-tuple

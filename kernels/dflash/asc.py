@@ -22,8 +22,10 @@ in tiles of 1024, positions past the proposal set to -1. Job B does the padding 
 from cu[B] on): their confidence and -1 tokens. The cores never need each other's data.
 
 UB budget: the fp32 weights (4 (H + He) bytes), one bf16 hidden and one embedding row
-(2 (H + He) bytes), 1 KiB of partials, an 8 KiB token tile and a few 32-byte cells: 85 KiB at
-H = He = 7168 (testing/codegen_ascend.py measures it).
+(2 (H + He) bytes), 1 KiB of partials, a 1024-token tile (4 KiB, 8 KiB for int64 draft_tokens) and
+eight 8-element cells (32 bytes each, 64 for int64 prev_tokens or cu_draft_lens): at H = He = 7168,
+84 + 1 + 8 KiB + 320 bytes = 93.3 KiB when all three index dtypes are int64, 89.25 KiB when all are
+int32 (testing/codegen_ascend.py measures it).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name

@@ -15,11 +15,13 @@ Inputs
     bias          (1,) float32 tensor on the inputs' device (a tensor: retuning it neither recompiles
                   a kernel nor synchronises the host).
     draft_tokens  (N,) int32 or int64: the drafted tokens.
-    cu_draft_lens (B + 1,) int32 or int64, non-decreasing, cu_draft_lens[0] = 0: request b owns rows
-                  [lo_b, hi_b), lo_b = clamp(cu_draft_lens[b], 0, N), hi_b = clamp(cu_draft_lens[b + 1],
-                  lo_b, N), its draft positions t = 0, 1, ... in order. Nothing checks on the host
-                  that cu_draft_lens[B] == N (that needs the values); rows outside every request
-                  (cu_draft_lens[B] < N) are *padding*; only rows < N are ever read.
+    cu_draft_lens (B + 1,) int32 or int64, non-decreasing, cu_draft_lens[0] canonically 0 (other
+                  values are handled as below): request b owns rows [lo_b, hi_b),
+                  lo_b = clamp(cu_draft_lens[b], 0, N), hi_b = clamp(cu_draft_lens[b + 1], lo_b, N),
+                  its draft positions t = 0, 1, ... in order. Nothing checks on the host that
+                  cu_draft_lens[B] == N (that needs the values); rows outside every request (before
+                  lo_0, or from hi_{B-1} on when cu_draft_lens[B] < N) are *padding*; only rows < N
+                  are ever read.
     threshold     a Python real number in [0, 1], compared in float32 (`fp32_threshold`).
 
 Outputs

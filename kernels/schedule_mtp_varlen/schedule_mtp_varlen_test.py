@@ -87,6 +87,11 @@ def assert_schedule(got, expected, what=""):
         assert_bitwise_equal(g.cpu(), e.cpu(), what=f"{what} {name}")
 
 
+def poisoned_schedule(n_req: int, n_tok: int, parts: int, device) -> api.MtpSchedule:
+    """Poisoned `out` buffers for a batch of n_req requests, n_tok tokens and `parts` parts."""
+    return api.MtpSchedule(*(poisoned(shape, torch.int32, device) for shape in api.output_shapes(n_req, n_tok, parts)))
+
+
 def check_split(sched, block_size: int, parts: int):
     """Every (request, block) in exactly one part, parts contiguous and in order, the most loaded part
     within ceil(total / parts) + 1 blocks, num_splits consistent with the parts touching each request."""
@@ -179,7 +184,7 @@ def test_warp_kernel_threshold_within_its_capacity():
 @pytest.mark.parametrize("len_dtype", IDX, ids=str)
 def test_cpu_interface_writes_every_output(len_dtype):
     s, a = random_batch(40, 3, 64, len_dtype, torch.int32)
-    outs = api.MtpSchedule(*(poisoned(shape, torch.int32, "cpu") for shape in api.output_shapes(40, 170, 132)))
+    outs = poisoned_schedule(40, 170, 132, "cpu")
     got = api.schedule_mtp_varlen(s, a, num_draft=3, block_size=64, num_sm_parts=132, num_tokens=170, out=outs)
     assert all(g is o for g, o in zip(got, outs))
     assert_schedule(got, oracle(s, a, 3, 64, 132, 170), "cpu interface")
@@ -188,9 +193,9 @@ def test_cpu_interface_writes_every_output(len_dtype):
 
 
 @pytest.mark.ref
-def test_empty_batch_is_well_defined(no_kernel_launches):
+def test_empty_batch_is_well_defined():
     empty = torch.zeros(0, dtype=torch.int32)
-    outs = api.MtpSchedule(*(poisoned(shape, torch.int32, "cpu") for shape in api.output_shapes(0, 6, 4)))
+    outs = poisoned_schedule(0, 6, 4, "cpu")
     got = api.schedule_mtp_varlen(empty, empty, num_draft=1, block_size=64, num_sm_parts=4, num_tokens=6, out=outs)
     assert_schedule(got, ref.schedule_mtp_varlen_ref(empty, empty, 1, 64, 4, 6), "empty")
     assert got.query_start_loc.tolist() == [0] and got.positions.tolist() == [-1] * 6
@@ -318,7 +323,13 @@ WARP_CAPACITY = 32 * ref.WARP_KERNEL_SLOTS[-1]
 def kernel_choice(request, monkeypatch):
     """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
     every batch takes the block kernel, or the warp kernel up to all it holds. Tests over batch sizes
-    take it through with_kernels. Other backends have the block kernel only."""
+    take it through with_kernels. Other backends have the block kernel only: their "warp" cases skip,
+    since the interface would serve them with the block kernel."""
+    if request.param == "warp":
+        import tilelang_ops
+
+        if "schedule_mtp_varlen_warp_tl" not in tilelang_ops.ops.names():
+            pytest.skip(f"backend {tilelang_ops.PLATFORM.tilelang_ops_backend!r} has no warp kernel")
     monkeypatch.setattr(api, "WARP_KERNEL_MAX_BATCH", 0 if request.param == "block" else WARP_CAPACITY)
     return request.param
 
@@ -377,11 +388,12 @@ def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
     n_req, k, block_size, parts = case
     s, a = _device_batch(n_req, k, block_size, len_dtype, acc_dtype, device)
     for n_tok in (n_req * (1 + k), n_req * (1 + k) + 300, max(n_req // 2, 1), 0):
-        outs = api.MtpSchedule(*(poisoned(shape, torch.int32, device) for shape in api.output_shapes(n_req, n_tok, parts)))
+        outs = poisoned_schedule(n_req, n_tok, parts, device)
         got = api.schedule_mtp_varlen(s, a, num_draft=k, block_size=block_size, num_sm_parts=parts, num_tokens=n_tok, out=outs)
         assert all(g is o for g, o in zip(got, outs))
         assert_schedule(got, ref.schedule_mtp_varlen_ref(s, a, k, block_size, parts, n_tok), f"n_tok={n_tok}")
-    check_split(api.schedule_mtp_varlen(s, a, num_draft=k, block_size=block_size, num_sm_parts=parts), block_size, parts)
+    outs = poisoned_schedule(n_req, n_req * (1 + k), parts, device)
+    check_split(api.schedule_mtp_varlen(s, a, num_draft=k, block_size=block_size, num_sm_parts=parts, out=outs), block_size, parts)
 
 
 @pytest.mark.device
@@ -394,7 +406,8 @@ def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
     s[::3] = ref.max_context(bs, k) + 1
     a = torch.full((n_req,), k, dtype=torch.int32)
     for lens in (s, torch.full((n_req,), -1, dtype=torch.int64)):
-        got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=bs, num_sm_parts=parts)
+        outs = poisoned_schedule(n_req, n_req * (1 + k), parts, device)
+        got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=bs, num_sm_parts=parts, out=outs)
         assert_schedule(got, ref.schedule_mtp_varlen_ref(lens, a, k, bs, parts), "long")
 
 
@@ -408,7 +421,8 @@ def test_device_part_boundaries_on_request_starts(device, kernel_choice, n_req, 
     single = torch.full((n_req,), -1)
     single[n_req // 2] = 1000 * block_size
     for lens in (s, single):
-        got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=block_size, num_sm_parts=parts)
+        outs = poisoned_schedule(n_req, n_req * (1 + k), parts, device)
+        got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=block_size, num_sm_parts=parts, out=outs)
         assert_schedule(got, ref.schedule_mtp_varlen_ref(lens, a, k, block_size, parts), "boundaries")
         check_split(got, block_size, parts)
 
@@ -429,7 +443,7 @@ def test_device_cuda_graph_replay(device, backend, kernel_choice):
     n_req, k, bs, parts, n_tok = 256, 3, 64, 132, 1100
     s = torch.zeros(n_req, dtype=torch.int32, device=device)
     a = torch.zeros(n_req, dtype=torch.int32, device=device)
-    outs = api.MtpSchedule(*(poisoned(shape, torch.int32, device) for shape in api.output_shapes(n_req, n_tok, parts)))
+    outs = poisoned_schedule(n_req, n_tok, parts, device)
 
     def call():
         api.schedule_mtp_varlen(s, a, num_draft=k, block_size=bs, num_sm_parts=parts, num_tokens=n_tok, out=outs)

@@ -31,9 +31,12 @@ Returns (the exact rules, invalid indices included, are in kernels/swa_index/ref
 
 CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
 CUDA-graph capturable; T, B, max_blocks and W are dynamic, one compile per block_size, pad and
-index dtypes). CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError
-or ValueError naming the argument before anything is written. An empty batch (B == 0) or T == 0
-launches no kernel: torch fills the outputs with what the reference defines.
+index dtypes). Its grid holds tokens and requests on the y dimension, which CUDA caps at 65535
+blocks: a CUDA call with T, B >= 1 needs ceil(T / 8) + ceil(B / 256) <= 65535 (T <= 524,272 for
+B <= 256), else it raises ValueError naming positions (check_cuda_grid). CPU tensors are served by
+the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the argument before
+anything is written. An empty batch (B == 0) or T == 0 launches no kernel: torch fills the outputs
+with what the reference defines.
 """
 
 from __future__ import annotations
@@ -58,6 +61,25 @@ from kernels.swa_index import ref
 __all__ = ["swa_index"]
 
 OUTPUTS = ("slots", "valid_len", "first_block", "replay_start", "replay_end")
+# The CUDA kernel's grid y: rows of CUDA_TOKENS_PER_ROW tokens, then rows of CUDA_REQUESTS_PER_ROW
+# requests (kernels/swa_index/cuda.py's _TOK and _THREADS; a codegen_cuda test keeps them equal).
+# CUDA caps grid y at CUDA_MAX_GRID_Y blocks, and a launch past it fails with a CUDA error.
+CUDA_TOKENS_PER_ROW = 8
+CUDA_REQUESTS_PER_ROW = 256
+CUDA_MAX_GRID_Y = 65535
+
+
+def check_cuda_grid(name: str, n_tok: int, n_req: int) -> None:
+    """Raises ValueError naming positions when the CUDA kernel's grid y,
+    ceil(T / CUDA_TOKENS_PER_ROW) + ceil(B / CUDA_REQUESTS_PER_ROW), exceeds CUDA_MAX_GRID_Y."""
+    rows = -(-n_tok // CUDA_TOKENS_PER_ROW) + -(-n_req // CUDA_REQUESTS_PER_ROW)
+    if rows > CUDA_MAX_GRID_Y:
+        most = max(CUDA_MAX_GRID_Y - -(-n_req // CUDA_REQUESTS_PER_ROW), 0) * CUDA_TOKENS_PER_ROW
+        raise ValueError(
+            f"{name}: positions has T = {n_tok} tokens; the CUDA kernel takes at most {most} at B = {n_req} "
+            f"(ceil(T / {CUDA_TOKENS_PER_ROW}) + ceil(B / {CUDA_REQUESTS_PER_ROW}) <= {CUDA_MAX_GRID_Y}, "
+            "CUDA's limit on grid y)"
+        )
 
 
 def swa_index(
@@ -80,6 +102,10 @@ def swa_index(
     check_int(name, "block_size", block_size, 1)
     check_choice(name, "pad", pad, ref.PADS)
     n_tok = positions.shape[0]
+    # Only a CUDA launch meets the limit: the reference (CPU tensors, empty batches) launches
+    # nothing, and the Ascend kernel's grid is one persistent block per vector core.
+    if n_req > 0 and n_tok > 0 and query_start_loc.device.type == "cuda":
+        check_cuda_grid(name, n_tok, n_req)
     specs = (
         ((n_tok, window), torch.int32),
         ((n_tok,), torch.int32),

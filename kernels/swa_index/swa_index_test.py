@@ -178,7 +178,7 @@ def test_cpu_interface_writes_every_output(pad):
 
 @pytest.mark.ref
 @pytest.mark.parametrize("pad", ref.PADS)
-def test_empty_batch_launches_nothing(no_kernel_launches, pad):
+def test_empty_batch_outputs(pad):
     fill = -1 if pad == "minus_one" else 0
     qsl = torch.zeros(1, dtype=torch.int32)
     got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64), torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int32), window=5, block_size=16, pad=pad)
@@ -186,6 +186,23 @@ def test_empty_batch_launches_nothing(no_kernel_launches, pad):
     lens = torch.tensor([70, 3])
     got = api.swa_index(torch.tensor([0, 0, 0]), torch.zeros(0, dtype=torch.int64), torch.zeros((2, 8), dtype=torch.int32), lens, window=64, block_size=4, pad=pad)
     assert got[0].shape == (0, 64) and got[2].tolist() == [1, 0] and got[3].tolist() == [6, 0] and got[4].tolist() == [70, 3]
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("n_req,most", [(1, 524272), (256, 524272), (257, 524264), (513, 524256)])
+def test_cuda_grid_limit_on_tokens(n_req, most):
+    # ceil(T / 8) + ceil(B / 256) <= 65535: exactly at the limit passes, one token more is rejected.
+    api.check_cuda_grid("swa_index", most, n_req)
+    with pytest.raises(ValueError, match=f"positions has T = {most + 1} tokens; the CUDA kernel takes at most {most} at B = {n_req}"):
+        api.check_cuda_grid("swa_index", most + 1, n_req)
+
+
+@pytest.mark.ref
+def test_cpu_interface_has_no_cuda_grid_limit():
+    # One token past the CUDA kernel's grid: the reference serves CPU tensors at any T.
+    n = 524273
+    got = api.swa_index(torch.tensor([0, n]), torch.arange(n), torch.zeros((1, 1), dtype=torch.int32), torch.tensor([n]), window=1, block_size=n)
+    assert got[1].shape == (n,) and bool((got[1] == 1).all()) and bool((got[0][:, 0] == torch.arange(n, dtype=torch.int32)).all())
 
 
 def _bad_inputs():
@@ -259,6 +276,14 @@ def test_cuda_config_compiles_without_spills(arch, config):
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
     report = codegen_cuda.check_cuda_resources(cuda.swa_index_tl, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+def test_interface_grid_constants_match_kernel():
+    # The interface's grid-y check (api.check_cuda_grid) must count the kernel's rows.
+    from kernels.swa_index import cuda
+
+    assert (api.CUDA_TOKENS_PER_ROW, api.CUDA_REQUESTS_PER_ROW) == (cuda._TOK, cuda._THREADS)
 
 
 @pytest.mark.codegen_cuda
@@ -365,6 +390,29 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     qsl = torch.zeros(1, dtype=torch.int32, device=device)
     got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64, device=device), torch.zeros((0, 4), dtype=torch.int32, device=device), torch.zeros(0, dtype=torch.int32, device=device), window=5, block_size=16)
     assert got[0].tolist() == [[-1] * 5] * 3 and got[1].tolist() == [0] * 3
+
+
+@pytest.mark.device
+def test_device_cuda_grid_limit_on_tokens(device, backend):
+    # B = 1: T = 524272 fills grid y (65534 token rows + 1 request row) and runs; one more token is
+    # rejected before any output is written.
+    if backend != "cuda":
+        pytest.skip("the grid-y limit is CUDA's")
+    table = torch.arange(8193, dtype=torch.int32, device=device)[None]
+    for n, fits in ((524272, True), (524273, False)):
+        qsl = torch.tensor([0, n], dtype=torch.int32, device=device)
+        pos, lens = torch.arange(n, device=device), torch.tensor([n], device=device)
+        outs = tuple(poisoned(s, d, device) for s, d in zip([(n, 1), (n,), (1,), (1,), (1,)], DTYPES))
+        call = dict(window=1, block_size=64, out=outs)
+        if fits:
+            api.swa_index(qsl, pos, table, lens, **call)
+            for name, g, e in zip(api.OUTPUTS, outs, ref.swa_index_ref(qsl, pos, table, lens, 1, 64, "minus_one")):
+                assert_bitwise_equal(g, e, what=f"{name} at the grid limit")
+            continue
+        with pytest.raises(ValueError, match="positions has T = 524273 tokens"):
+            api.swa_index(qsl, pos, table, lens, **call)
+        for name, t in zip(api.OUTPUTS, outs):
+            assert_bitwise_equal(t, poisoned(t.shape, t.dtype, device), what=f"{name} after the rejection")
 
 
 @pytest.mark.device
