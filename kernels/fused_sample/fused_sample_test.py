@@ -288,9 +288,13 @@ def _row_params(device, temperature, top_k, top_p, min_p):
 
 
 @pytest.fixture(params=["one_launch", "flagging"])
-def kernel_form(request, monkeypatch):
+def kernel_form(request, monkeypatch, backend):
     """Runs a device test through fused_sample_tl, then through fused_sample_flagging_tl and its
-    second launch, whatever the batch (api.FLAGGING_MIN_ROWS picks by batch otherwise)."""
+    second launch, whatever the batch (api.FLAGGING_MIN_ROWS picks by batch otherwise). The
+    flagging form skips where the interface never takes it (api.takes_flagging: CUDA sm_90+), which
+    would otherwise run the one-launch kernel under its name."""
+    if request.param == "flagging" and (backend != "cuda" or torch.cuda.get_device_capability() < api.PDL_MIN_CAPABILITY):
+        pytest.skip("the flagging form runs on CUDA sm_90+ only (PDL)")
     monkeypatch.setattr(api, "FLAGGING_MIN_ROWS", 1 << 62 if request.param == "one_launch" else 0)
     return request.param
 
@@ -452,7 +456,7 @@ def test_device_top_k_threshold_shapes(device, kernel_form, dtype):
 
 @pytest.mark.device
 def test_device_more_chunks_than_threads(device, kernel_form):
-    """257 chunks a row (more than the finishing block's threads: its records are read again for
+    """258 chunks a row (more than the finishing block's threads: its records are read again for
     the normaliser and its lists' lengths from L2), with short lists (a greedy row, top-k 1) so that
     the lists, not the row, are finished, and a row with top-k 50 whose lists pass the capacity."""
     B, V = 3, 2**21 + 8195

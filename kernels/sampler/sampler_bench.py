@@ -6,8 +6,9 @@ Run with ``python -m testing.benchmark --kernels sampler`` (or
 
 Cases (8): float32 logits at batch 1, 8, 64, 128, 512 over vocab 129280 (DeepSeek-V3), bfloat16
 logits at batch 1, 128, 512 over vocab 151936 (Qwen). Every row samples (no greedy rows) with top-k
-and top-p both enabled, the costliest path: the kernel re-reads its row in 10 passes (max, 4 top-k
-radix digits, 4 top-p radix digits, the race), so rows beyond L2 cost 10 reads from HBM.
+and top-p both enabled, the costliest path: the kernel reads its row 4 times (max, then the top-k
+radix digits; the last of these lists the candidates) and runs top-p's digits and the race over the
+candidates in shared memory (kernels/sampler/cuda.py), so rows beyond L2 cost 4 reads from HBM.
 
 Peers, timed in the same run with the same timer:
   torch_eager    kernels.sampler.ref.sampler_ref (it sorts every row twice)
