@@ -293,7 +293,7 @@ def kernel_form(request, monkeypatch, backend):
     second launch, whatever the batch (api.FLAGGING_MIN_ROWS picks by batch otherwise). The
     flagging form skips where the interface never takes it (api.takes_flagging: CUDA sm_90+), which
     would otherwise run the one-launch kernel under its name."""
-    if request.param == "flagging" and (backend != "cuda" or torch.cuda.get_device_capability() < api.PDL_MIN_CAPABILITY):
+    if request.param == "flagging" and (backend != "cuda" or not api.takes_flagging(api.FLAGGING_MIN_ROWS, torch.cuda.get_device_capability())):
         pytest.skip("the flagging form runs on CUDA sm_90+ only (PDL)")
     monkeypatch.setattr(api, "FLAGGING_MIN_ROWS", 1 << 62 if request.param == "one_launch" else 0)
     return request.param

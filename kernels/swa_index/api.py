@@ -72,9 +72,9 @@ CUDA_MAX_GRID_Y = 65535
 def check_cuda_grid(name: str, n_tok: int, n_req: int) -> None:
     """Raises ValueError naming positions when the CUDA kernel's grid y,
     ceil(T / CUDA_TOKENS_PER_ROW) + ceil(B / CUDA_REQUESTS_PER_ROW), exceeds CUDA_MAX_GRID_Y."""
-    rows = -(-n_tok // CUDA_TOKENS_PER_ROW) + -(-n_req // CUDA_REQUESTS_PER_ROW)
-    if rows > CUDA_MAX_GRID_Y:
-        most = max(CUDA_MAX_GRID_Y - -(-n_req // CUDA_REQUESTS_PER_ROW), 0) * CUDA_TOKENS_PER_ROW
+    request_rows = -(-n_req // CUDA_REQUESTS_PER_ROW)
+    if -(-n_tok // CUDA_TOKENS_PER_ROW) + request_rows > CUDA_MAX_GRID_Y:
+        most = max(CUDA_MAX_GRID_Y - request_rows, 0) * CUDA_TOKENS_PER_ROW
         raise ValueError(
             f"{name}: positions has T = {n_tok} tokens; the CUDA kernel takes at most {most} at B = {n_req} "
             f"(ceil(T / {CUDA_TOKENS_PER_ROW}) + ceil(B / {CUDA_REQUESTS_PER_ROW}) <= {CUDA_MAX_GRID_Y}, "
