@@ -70,10 +70,11 @@ lowest id, finite count, normaliser), gathers the lists into shared memory (at m
 entries; each warp reads up to gather_chunks lists at once) while thread 0 settles the row with
 the sampler's decide_max (empty and +inf rows end there), and takes top-k's threshold over them
 exactly (top_k_threshold: 8-bit radix passes of integer counts over the images less the smallest,
-from the highest bit of their span, ending once the threshold's bin is taken whole), lists
-top-k's survivors (w and id), takes top-p's threshold over them by ranks when at most _THREADS
-survive (top_p_by_ranks, one pass), else by radix_select (integer masses), then races the kept
-entries, over the listed survivors when there are at most _THREADS (finish_from_lists). A row whose
+from the highest bit of their span, ending once the threshold's bin is taken whole) and lists
+top-k's survivors (w, q-mass and id). When at most _THREADS survive, a thread each decides
+whether top-p and min-p keep its survivor (by the mass above it: no threshold, no barrier) and
+races it (race_over_survivors); else top-p's threshold comes from radix_select (integer masses)
+and the race runs over the candidates (finish_from_lists). A row whose
 lists overflowed or hold more than _MERGE_CAP in all (many equal logits, top-k above _TOP_K_FILTER
 on a large row, finite logits whose s all underflow) takes the sampler's passes over the row
 itself (correct, at one SM's share of bandwidth per pass). Two compiled forms differ only there:
@@ -188,8 +189,8 @@ _ORDINARY_D = 2.0**-60
 # and of bound * d (2**-150).
 _TINY = 2.0**-126
 _LOG2E = 1.4426950408889634
-# Survivors top_p_by_ranks reads a step.
-_RANK_UNROLL = 4
+# Survivors race_over_survivors reads a step (a divisor of _THREADS: the steps stay in tp's slots).
+_RANK_UNROLL = 8
 # radix_select's passes (a Python tuple: unrolled as it is built): index, digit shift, mask of the
 # digits above.
 _RADIX_PASSES = tuple((d, 24 - 8 * d, ((1 << (8 * d)) - 1) << (32 - 8 * d)) for d in range(4))
@@ -363,25 +364,33 @@ def radix_select(r, hist, sel, tx, warp, lane, n, tau_k, m, p20):
 
 
 def alloc_top_p() -> types.SimpleNamespace:
-    """The buffers of top_p_by_ranks (called inside the kernel scope; red is the caller's)."""
+    """The buffers of top-k's survivors and the race over them (called inside the kernel scope)."""
     return types.SimpleNamespace(
         w=T.alloc_shared((_THREADS,), "float32", scope="shared"),
+        q=T.alloc_shared((_THREADS,), "int32", scope="shared"),
         id=T.alloc_shared((_THREADS,), "int32", scope="shared"),
         n=T.alloc_shared((1,), "int32", scope="shared"),
         count=T.alloc_local((1,), "int32"),
         mine=T.alloc_local((1,), "float32"),
-        q=T.alloc_local((1,), "int32"),
-        mass=T.alloc_local((1,), "int32"),
+        above=T.alloc_local((1,), "int32"),
         total=T.alloc_local((1,), "int32"),
-        key=T.alloc_local((1,), "uint32"),
     )
 
 
 @T.macro
+def clear_survivors(tp, tx):
+    """Every survivor slot to w = -1, q = 0 (a slot no survivor fills weighs nothing and is above
+    nothing in race_over_survivors' unrolled steps); a barrier before top_k_survivors writes."""
+    tp.w[tx] = T.float32(-1)
+    tp.q[tx] = 0
+
+
+@T.macro
 def top_k_survivors(r, tp, tx, lane, n, tau_k, m):
-    """The w = expf(s - m) and ids of the candidates with s >= tau_k (top-k's survivors; radix_select's
-    weighted pass and the race take the same set and w) into tp.w and tp.id, the first _THREADS of
-    them; tp.n counts them all (zero before). A ballot places a warp's survivors, one atomic a warp."""
+    """The w = expf(s - m), q-mass floor(w * 2**20) and ids of the candidates with s >= tau_k (top-k's
+    survivors; radix_select's weighted pass and the race take the same set and w) into tp.w, tp.q
+    and tp.id, the first _THREADS of them; tp.n counts them all (zero before). A ballot places a
+    warp's survivors, one atomic a warp."""
     survives = T.alloc_local((1,), "int32")
     votes = T.alloc_local((1,), "uint32")
     for i in T.serial(T.ceildiv(n, _THREADS)):
@@ -393,50 +402,56 @@ def top_k_survivors(r, tp, tx, lane, n, tau_k, m):
                 r.slot[0] = T.atomic_add(tp.n[0], T.cast(T.popcount(votes[0]), "int32"), return_prev=True)
             r.slot[0] = T.shfl_sync(r.slot[0], 0) + T.cast(T.popcount(votes[0] & ((T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1))), "int32")
             if survives[0] != 0 and r.slot[0] < _THREADS:
-                tp.w[r.slot[0]] = weight(r.cand_x[i * _THREADS + tx], m)
+                r.w[0] = weight(r.cand_x[i * _THREADS + tx], m)
+                tp.w[r.slot[0]] = r.w[0]
+                tp.q[r.slot[0]] = T.cast(r.w[0] * T.float32(1 << MASS_BITS), "int32")
                 tp.id[r.slot[0]] = r.cand_id[i * _THREADS + tx]
 
 
 @T.macro
-def top_p_by_ranks(tp, red, tx, warp, lane, p20, tau_p):
-    """tau_p over the survivors' w (tp.w, tp.count[0] <= _THREADS of them), as radix_select would
-    give it, in one pass and one barrier: thread j sums M_j, the q-mass (q = floor(w * 2**20)) of
-    the survivors with w >= w_j, and Q, all of it; tau_p is the largest w_j with M_j >= ceil(p20 *
-    Q / 2**20). The mass at or above a threshold changes only at the survivors' w, so the largest
-    threshold that keeps the target is one of them. red: shared uint32 (_WARPS,). The masses sum
-    at most _THREADS q <= 2**20 each: int32 holds them."""
-    tp.mine[0] = T.if_then_else(tx < tp.count[0], tp.w[tx], T.float32(0))
-    tp.mass[0] = 0
-    tp.total[0] = 0
-    # _RANK_UNROLL survivors a step: their shared reads in flight together.
-    for i in T.serial(T.ceildiv(tp.count[0], _RANK_UNROLL)):
-        for u in T.unroll(_RANK_UNROLL):
-            if i * _RANK_UNROLL + u < tp.count[0]:
-                tp.q[0] = T.cast(tp.w[i * _RANK_UNROLL + u] * T.float32(1 << MASS_BITS), "int32")
-                tp.total[0] += tp.q[0]
-                tp.mass[0] += T.if_then_else(tp.w[i * _RANK_UNROLL + u] >= tp.mine[0], tp.q[0], 0)
-    tp.key[0] = T.if_then_else(
-        tx < tp.count[0] and T.cast(tp.mass[0], "int64") >= (p20 * T.cast(tp.total[0], "int64") + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS),
-        T.reinterpret("uint32", tp.mine[0]),
-        T.uint32(0),
-    )
-    block_fold(warp, lane, ((tp.key, red, T.max),))
-    tau_p[0] = T.reinterpret("float32", tp.key[0])
+def race_over_survivors(r, tp, tx, top_p_on, p20, floor, min_p, best_key, best_id):
+    """This thread's part of the race over the tp.count[0] <= _THREADS listed survivors: survivor tx,
+    when kept, into (best_key, best_id) with key w / E. With top-p on (p20 >= 1), top-p keeps it
+    exactly when the survivors' q-mass strictly above its w is below ceil(p20 * Q / 2**20), Q
+    their whole mass: the same set as radix_select's threshold (tau_p, the largest w_j whose mass
+    at or above it reaches the target: the smallest w above w_tx has mass at or above it equal to
+    the mass above w_tx), so each thread decides its own, with no barrier. Off, it keeps w >=
+    floor (decide_max's tau_p: 1 where top_p rounds to p20 = 0, the max and its ties; else 0). The
+    masses sum at most _THREADS q <= 2**20 each: int32 holds them. r.keys holds the row's noise
+    keys."""
+    if tx < tp.count[0]:
+        tp.mine[0] = tp.w[tx]
+        # The noise first: its multiplies overlap the sums' shared reads.
+        noise_bits(tp.id[tx], r.keys, r.h)
+        tp.above[0] = 0
+        tp.total[0] = 0
+        if top_p_on != 0:
+            # _RANK_UNROLL survivors a step, their shared reads in flight together; the slots past
+            # tp.count[0] weigh nothing (clear_survivors).
+            for i in T.serial(T.ceildiv(tp.count[0], _RANK_UNROLL)):
+                for u in T.unroll(_RANK_UNROLL):
+                    tp.total[0] += tp.q[i * _RANK_UNROLL + u]
+                    tp.above[0] += T.if_then_else(tp.w[i * _RANK_UNROLL + u] > tp.mine[0], tp.q[i * _RANK_UNROLL + u], 0)
+        if (top_p_on != 0 and T.cast(tp.above[0], "int64") < (p20 * T.cast(tp.total[0], "int64") + T.int64((1 << MASS_BITS) - 1)) >> T.int64(MASS_BITS)) or (top_p_on == 0 and tp.mine[0] >= floor):
+            if tp.mine[0] >= min_p:
+                take_if_better(best_key, best_id, tp.mine[0] / exponential_noise(r.h), tp.id[tx])
 
 
 @T.macro
-def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, t, row_seed, row_offset, token, logprob, empty, n, m, lo, norm, best_key, best_id, other_key, other_id, red_key, red_id):
+def finish_from_lists(r, tp, hist, sel, tx, warp, lane, bx, row, logits, t, row_seed, row_offset, token, logprob, empty, n, m, lo, norm, best_key, best_id, other_key, other_id, red_key, red_id):
     """The row's outputs from its n candidates (r.cand_x: s, r.cand_id: ids; lo: the smallest
     candidate's image), after decide_max left the mode and filters in r.st / r.sf: top-k's
-    threshold by top_k_threshold, top-p's by top_p_by_ranks over top-k's survivors when at most
-    _THREADS survive (else radix_select), min-p, then the race among the kept (the sampler's phases
-    1-9, over the lists only). tp.n is zero before; row_seed and row_offset are the row's counters
-    (values)."""
+    threshold by top_k_threshold; when at most _THREADS survive it, the race over them with top-p
+    and min-p decided by each survivor's thread (race_over_survivors), else top-p's threshold by
+    radix_select and the race over the candidates (the sampler's phases 1-9, over the lists
+    only). tp.n is zero and tp's slots cleared (clear_survivors) before; row_seed and row_offset
+    are the row's counters (values)."""
     mode = r.st[_ST_MODE]
     tau_k = T.alloc_local((1,), "float32")
     tau_p = T.alloc_local((1,), "float32")
     tau_k[0] = -T.infinity("float32")
     tau_p[0] = r.sf[_SF_TAU_P]
+    noise_row_keys(row_seed, row_offset, r.keys)
     # More than _THREADS: the survivors are not listed in tp.
     tp.count[0] = _THREADS + 1
     if mode == T.int64(_SAMPLED):
@@ -447,24 +462,17 @@ def finish_from_lists(r, tp, red_u, hist, sel, tx, warp, lane, bx, row, logits, 
             T.sync_threads()
             # Through a local: a loop bound read from shared memory defeats the barrier planner.
             tp.count[0] = tp.n[0]
-        if r.st[_ST_TOP_P_ON] != 0:
-            if tp.count[0] <= _THREADS:
-                top_p_by_ranks(tp, red_u, tx, warp, lane, r.st[_ST_P20], tau_p)
-            else:
-                if tx == 0:
-                    sel[0] = T.int64(0)
-                radix_select(r, hist, sel, tx, warp, lane, n, tau_k[0], m, r.st[_ST_P20])
-                tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
+        if r.st[_ST_TOP_P_ON] != 0 and tp.count[0] > _THREADS:
+            if tx == 0:
+                sel[0] = T.int64(0)
+            radix_select(r, hist, sel, tx, warp, lane, n, tau_k[0], m, r.st[_ST_P20])
+            tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
-    noise_row_keys(row_seed, row_offset, r.keys)
     best_key[0] = -T.infinity("float32")
     best_id[0] = -1
     if tp.count[0] <= _THREADS:
-        # Over the listed survivors, one a thread (mode is _SAMPLED here).
-        if tx < tp.count[0]:
-            if tp.w[tx] >= tau_p[0] and tp.w[tx] >= r.sf[_SF_MIN_P]:
-                noise_bits(tp.id[tx], r.keys, r.h)
-                take_if_better(best_key, best_id, tp.w[tx] / exponential_noise(r.h), tp.id[tx])
+        # mode is _SAMPLED here.
+        race_over_survivors(r, tp, tx, r.st[_ST_TOP_P_ON], r.st[_ST_P20], tau_p[0], r.sf[_SF_MIN_P], best_key, best_id)
     else:
         for i in T.serial(T.ceildiv(n, _THREADS) * T.cast(mode == T.int64(_SAMPLED), "int32")):
             if i * _THREADS + tx < n:
@@ -843,6 +851,7 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                     listed[0] = 0
                     lo_img[0] = T.uint32(0xFFFFFFFF)
                     tp.n[0] = 0
+                clear_survivors(tp, tx)
                 T.sync_threads()
                 # Through a local: a loop bound read from shared memory defeats the barrier planner.
                 over[0] = fast[0]
@@ -882,7 +891,7 @@ def _fused_sample(name: str, layout: _Layout, dtype: str, vec: int, top_k_dtype:
                         decide_max(bx, V, top_k, top_p, min_p, t, token, logprob, empty, best_key, best_id, fin64, r.st, r.sf, 1)
                     T.sync_threads()
                     img_lo[0] = lo_img[0]
-                    finish_from_lists(r, tp, red_t0, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
+                    finish_from_lists(r, tp, hist32, sel, tx, warp, lane, bx, row, logits, t, row_seed[0], row_offset[0], token, logprob, empty, total[0], row_max[0], img_lo[0], norm, best_key, best_id, other_key, other_id, red_key, red_id)
                 elif layout.flag_overflow:
                     # Lists that could not hold the row: flagged for the sampler's passes over the
                     # row itself in the second launch (sampler_flagged_tl), which clears the flag.
