@@ -5,8 +5,9 @@
     token = tilelang_ops.random_sample_logits(logits, seed, offset, temperature=None, out=None)
     e     = tilelang_ops.exponential_noise(seed, offset, vocab_size)
 
-probs        (B, V) float32, V >= 1: unnormalised weights; entries <= 0 or NaN are never drawn.
-logits       (B, V) float32 or bfloat16, V >= 1: NaN counts as -inf; -inf is never drawn.
+probs        (B, V) float32, 1 <= V <= 2**31 - 1 (the kernels' vocab ids are int32): unnormalised
+             weights; entries <= 0 or NaN are never drawn.
+logits       (B, V) float32 or bfloat16, 1 <= V <= 2**31 - 1: NaN counts as -inf; -inf is never drawn.
              Rows of either may be strided (a view of a wider tensor); the last dimension must be
              contiguous.
 seed, offset (B,) int64, contiguous, on the input's device: the request's noise counters (device
@@ -49,6 +50,7 @@ import functools
 import torch
 
 from kernels.interface import (
+    INT32_MAX,
     backend_ops,
     base_alignment,
     check_device,
@@ -88,6 +90,8 @@ def _check_input(name: str, arg: str, x, dtypes) -> None:
     check_rows(name, arg, x, dtypes)
     if x.shape[1] == 0:
         raise ValueError(f"{name}: {arg} has V = 0 columns; at least 1 is needed")
+    if x.shape[1] > INT32_MAX:
+        raise ValueError(f"{name}: {arg} has V = {x.shape[1]} columns; at most {INT32_MAX} are supported (int32 vocab ids)")
 
 
 def _sample(name: str, source: str, x, dtypes, seed, offset, temperature, out) -> torch.Tensor:

@@ -11,9 +11,11 @@ first (the int64 minimum, which no token is: tokens are in [-1, V)) and compared
 # tensor annotations TileLang evaluates.
 import functools
 import math
+import re
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernels.random_sampling import api, ref
 from testing.graphs import counters_left_zero
@@ -49,23 +51,34 @@ def counters(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randint(lo, hi, (n,), dtype=I64), torch.randint(lo, hi, (n,), dtype=I64)
 
 
-def oracle_keys(x: torch.Tensor, seed, offset, source: str, temperature=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(keys, included) in float64 from the same noise bits: p / E, or l / t - log(E) (greedy rows:
-    l); entries that cannot be drawn are excluded."""
+def oracle_keys(x: torch.Tensor, seed, offset, source: str, temperature=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(keys, included, scale) in float64 from the same noise bits: p / E, or l / t - log(E)
+    (greedy rows: l); entries that cannot be drawn are excluded. scale bounds the magnitudes the
+    float32 key is computed through: its error is a few float32 ulps of it."""
     bits = ref.noise_bits(seed, offset, x.shape[1])
     e = -torch.log(((bits >> 9).double() + 0.5) * 2.0**-23)
     x64 = x.double()
     if source == "probs":
-        return x64 / e, x64 > 0
+        keys = x64 / e
+        return keys, x64 > 0, keys.abs()
     x64 = torch.nan_to_num(x64, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
     t = torch.ones(x.shape[0], dtype=torch.float64) if temperature is None else temperature.double()
     scaled = ((t > 0) & (t < math.inf))[:, None]
-    return torch.where(scaled, x64 / t[:, None] - torch.log(e), x64), x64 > -math.inf
+    keys = torch.where(scaled, x64 / t[:, None] - torch.log(e), x64)
+    # log(E) carries E's own rounding (one ulp of E: about 2**-23 absolute in log E), hence the 1.
+    scale = torch.where(scaled, (x64 / t[:, None]).abs() + torch.log(e).abs() + 1, x64.abs())
+    return keys, x64 > -math.inf, scale
 
 
-def assert_matches_oracle(tokens: torch.Tensor, keys: torch.Tensor, included: torch.Tensor, rel: float = 1e-5) -> None:
-    """Every token is the oracle's argmax (lowest id on ties), or its key is within `rel` of the
-    oracle's best (a near-tie that float32 rounding may decide either way)."""
+# float32 ulps (2**-23 of the scale) a key may be off: probs, 1 for E's logf and 1/2 for the
+# division; logits, 1/2 for l / t, 1 for each log and 1/2 for the subtraction. 4 leaves margin.
+KEY_ULPS = 4
+
+
+def assert_matches_oracle(tokens: torch.Tensor, keys: torch.Tensor, included: torch.Tensor, scale: torch.Tensor) -> None:
+    """Every token is the oracle's argmax (lowest id on ties), or a near-tie: its oracle key is
+    within both keys' float32 error (KEY_ULPS of their scale) of the best, so float32 rounding may
+    decide either way."""
     masked = torch.where(included, keys, -math.inf)
     best = masked.amax(dim=1)
     for b, tok in enumerate(tokens.tolist()):
@@ -76,7 +89,9 @@ def assert_matches_oracle(tokens: torch.Tensor, keys: torch.Tensor, included: to
         if tok != expected:
             assert 0 <= tok < keys.shape[1] and bool(included[b, tok]), f"row {b}: token {tok} cannot be drawn"
             k, kb = float(keys[b, tok]), float(best[b])
-            assert abs(k - kb) <= rel * max(abs(kb), 1.0), f"row {b}: token {tok} (key {k}) != {expected} (key {kb})"
+            # 2**-149: a subnormal key's absolute rounding.
+            bound = KEY_ULPS * 2.0**-23 * (float(scale[b, tok]) + float(scale[b, expected])) + 2.0**-149
+            assert abs(k - kb) <= bound, f"row {b}: token {tok} (key {k}) != {expected} (key {kb}), beyond {bound}"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -320,6 +335,7 @@ def _bad_inputs():
         case(probs, "probs-1d", ValueError, "probs must be 2-D", probs=torch.rand(V)),
         case(probs, "probs-v0", ValueError, "probs has V = 0 columns", probs=torch.rand(B, 0)),
         case(probs, "probs-col-strided", ValueError, "probs's last dimension must be contiguous", probs=torch.rand(B, 2 * V)[:, ::2]),
+        case(probs, "probs-rows-overlap", ValueError, "probs's row stride 15 is smaller than its width 16", probs=torch.rand(B * V).as_strided((B, V), (V - 1, 1))),
         case(probs, "probs-list", TypeError, "probs must be a torch.Tensor", probs=[[0.5]]),
         case(probs, "seed-int32", TypeError, "seed has dtype torch.int32", seed=torch.zeros(B, dtype=torch.int32)),
         case(probs, "seed-short", ValueError, "seed must have shape (3,)", seed=torch.zeros(B - 1, dtype=I64)),
@@ -346,6 +362,20 @@ def _bad_inputs():
 def test_bad_input_raises_and_writes_nothing(case):
     _, fn, kwargs, error, message = case
     assert_rejected_without_writes(fn, kwargs, error, message, [kwargs["out"]])
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("source", ["probs", "logits"])
+def test_more_than_int32_columns_rejected(source):
+    # Fake tensors carry shape and device but no storage: 2**31 columns cost nothing, and the fake
+    # output lets a missing check fail here instead of allocating gigabytes.
+    V = 2**31
+    with FakeTensorMode():
+        x = torch.empty((2, V), dtype=torch.float32)
+        seed, out = torch.zeros(2, dtype=I64), torch.empty(2, dtype=I64)
+    fn = api.random_sample_probs if source == "probs" else api.random_sample_logits
+    with pytest.raises(ValueError, match=re.escape(f"{source} has V = {V} columns; at most {V - 1} are supported")):
+        fn(x, seed, seed, out=out)
 
 
 @pytest.mark.ref
@@ -507,8 +537,8 @@ DEVICE_SHAPES = [(1, 1), (1, 3), (7, 1000), (5, 4097), (33, 8191), (1, 129280), 
 
 
 def _device_inputs(B, V, device, source, dtype, layout):
-    """(x, seed, offset): x of the source's shape with zeros / NaN / +-inf sprinkled in, some rows
-    with nothing to draw; layout "dense", "strided" (row stride V + 8) or "misaligned" (base
+    """(x, seed, offset): x of the source's shape with zeros / NaN / +-inf sprinkled in, rows with
+    nothing to draw (1: zeros or -inf; 3: all NaN); layout "dense", "strided" (row stride V + 8) or "misaligned" (base
     pointer one element off, odd row stride: element-wide loads)."""
     pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
@@ -524,6 +554,8 @@ def _device_inputs(B, V, device, source, dtype, layout):
         base[torch.rand_like(base) < 0.01] = -math.inf
     if B > 2:
         base[1] = 0 if source == "probs" else -math.inf
+    if B > 3:
+        base[3] = math.nan
     x = base.to(dtype).to(device)[:, start : start + V]
     seed, offset = counters(B)
     return x, seed.to(device), offset.to(device)

@@ -85,6 +85,7 @@ def bad_inputs():
         case("logits-v-huge", ValueError, "at most 8388607", logits=torch.empty(B, 2**23, dtype=torch.bfloat16)),
         case("logits-col-strided", ValueError, "logits's last dimension must be contiguous", logits=torch.randn(B, 2 * V)[:, ::2]),
         case("logits-list", TypeError, "logits must be a torch.Tensor", logits=[[0.5]]),
+        case("logits-rows-overlap", ValueError, "logits's row stride 15 is smaller than its width 16", logits=torch.randn(B * V).as_strided((B, V), (V - 1, 1))),
         case("temperature-f64", TypeError, "temperature has dtype torch.float64", temperature=torch.ones(B, dtype=torch.float64)),
         case("temperature-short", ValueError, "temperature must have shape (3,)", temperature=torch.ones(B - 1)),
         case("temperature-scalar", TypeError, "temperature must be a torch.Tensor", temperature=0.7),
@@ -99,14 +100,15 @@ def bad_inputs():
         case("out-list", TypeError, "out must be a (tokens, logprobs, empty) tuple", out=[poisoned((B,), I64, "cpu")]),
         case("out-tokens-int32", ValueError, "out tokens must be (3,) torch.int64", out=(poisoned((B,), torch.int32, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
         case("out-logprobs-short", ValueError, "out logprobs must be (3,) torch.float32", out=(poisoned((B,), I64, "cpu"), poisoned((B - 1,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool))),
+        case("out-empty-meta", ValueError, "out empty must be (3,) torch.bool on cpu", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool, device="meta"))),
         case("out-empty-uint8", ValueError, "out empty must be (3,) torch.bool", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.uint8))),
         case("out-logprobs-unasked", ValueError, "out logprobs must be a tensor exactly when return_logprobs", return_logprobs=False),
     ]
 
 
 def device_logits(B, V, device, dtype, layout):
-    """(B, V) logits with NaN / -inf sprinkled in, an empty row (1), a +inf row (2) and an all-equal
-    row (5); layout "dense", "strided" (row stride V + 8) or "misaligned" (base one element off:
+    """(B, V) logits with NaN / -inf sprinkled in, an empty row (1), a +inf row (2), an all-NaN row
+    (3: empty too) and an all-equal row (5); layout "dense", "strided" (row stride V + 8) or "misaligned" (base one element off:
     element-wide loads)."""
     pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
@@ -116,6 +118,8 @@ def device_logits(B, V, device, dtype, layout):
     if B > 2:
         base[1] = -INF
         base[2, start + V // 2] = INF
+    if B > 3:
+        base[3] = math.nan
     if B > 5:
         base[5, start : start + V] = 1.5
     return base.to(dtype).to(device)[:, start : start + V]
