@@ -26,11 +26,13 @@ __all__ = [
     "check_out",
     "check_no_overlap",
     "check_rows",
+    "check_scalar",
     "check_tensor",
     "dense_rows",
     "dense_table",
     "is_host",
     "overlaps",
+    "scalar_tensor",
     "stream_counters",
 ]
 
@@ -84,6 +86,23 @@ def check_flag(name: str, arg: str, value) -> None:
     """A static option that must be a bool (not merely truthy)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name}: {arg} must be a bool, got {type(value).__name__}")
+
+
+def check_scalar(name: str, arg: str, value, like: torch.Tensor, to_fp32) -> float | None:
+    """A float32 run-time scalar: either a (1,) float32 tensor on like's device, which the kernels
+    read as it is (None returned: checking its value would read it on the host), or a Python value
+    that to_fp32(value, name) checks and rounds to float32 (returned). A tensor lets the value change
+    with no recompile and lets a captured CUDA graph see its current value on every replay."""
+    if isinstance(value, torch.Tensor):
+        check_tensor(name, arg, value, dtypes=[torch.float32], shape=(1,), like=like)
+        return None
+    return to_fp32(value, name)
+
+
+def scalar_tensor(value, rounded: float | None, like: torch.Tensor) -> torch.Tensor:
+    """The (1,) float32 tensor the kernels read for a check_scalar argument: the caller's tensor, or
+    a fresh one filled with the rounded Python value (one small allocation and fill launch)."""
+    return value if rounded is None else torch.full((1,), rounded, dtype=torch.float32, device=like.device)
 
 
 def check_choice(name: str, arg: str, value, choices) -> None:

@@ -17,8 +17,11 @@ cu_draft_lens  (B + 1,) int32 or int64, contiguous, non-decreasing, cu_draft_len
                need the values on the host: it is not checked; rows before cu_draft_lens[0] or past
                cu_draft_lens[B] are padding (confidence computed, token -1) and only rows < N are
                ever read.
-threshold      a Python real number in [0, 1], rounded to float32; compiled into the CUDA kernel (one
-               compile per distinct threshold).
+threshold      a Python real number in [0, 1], rounded to float32 (each call then fills a (1,) device
+               tensor: a tiny allocation and fill launch), or a (1,) float32 tensor on the inputs'
+               device, read by the kernel as it is: no recompile when it changes, and a captured
+               CUDA graph sees its current value on every replay. A tensor's value is not checked
+               (that would read it on the host): NaN keeps like 0, a value above 1 keeps nothing.
 out            caller-owned outputs (contiguous, exact shapes and dtypes): a DflashOutput or 4-tuple
                in the order returned.
 
@@ -50,9 +53,11 @@ from kernels.interface import (
     check_no_overlap,
     check_out,
     check_rows,
+    check_scalar,
     check_tensor,
     dense_rows,
     is_host,
+    scalar_tensor,
 )
 
 __all__ = ["DflashOutput", "confidence_head"]
@@ -114,7 +119,7 @@ def confidence_head(
     check_tensor(name, "w_e", w_e, dtypes=[torch.float32], shape=(width_e,), like=cu_draft_lens, contiguous=True)
     check_tensor(name, "bias", bias, dtypes=[torch.float32], shape=(1,), like=cu_draft_lens)
     check_tensor(name, "draft_tokens", draft_tokens, dtypes=INDEX_DTYPES, shape=(n_rows,), like=cu_draft_lens, contiguous=True)
-    thr = ref.fp32_threshold(threshold, name)
+    thr32 = check_scalar(name, "threshold", threshold, cu_draft_lens, ref.fp32_threshold)
     outs = _outputs(name, n_rows, n_req, draft_tokens, cu_draft_lens, out)
     read = {
         "hidden": hidden,
@@ -123,6 +128,7 @@ def confidence_head(
         "w_h": w_h,
         "w_e": w_e,
         "bias": bias,
+        "threshold": threshold if thr32 is None else None,
         "draft_tokens": draft_tokens,
         "cu_draft_lens": cu_draft_lens,
     }
@@ -131,6 +137,7 @@ def confidence_head(
         # No TileLang kernel: CPU tensors, or an empty batch on a device (every request then has
         # no position, so max_len = 0 needs no host read).
         max_len = None if is_host(cu_draft_lens) else 0
+        thr = threshold if thr32 is None else thr32
         got = ref.confidence_head_fused_ref(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, thr, max_len)
         for dst, src in zip(outs, got):
             dst.copy_(src)
@@ -141,12 +148,12 @@ def confidence_head(
         width_h,
         width_e,
         h_stride,
-        thr,
         INDEX_DTYPES[prev_tokens.dtype],
         INDEX_DTYPES[draft_tokens.dtype],
         INDEX_DTYPES[cu_draft_lens.dtype],
         h_align=base_alignment(hidden_k),
         e_align=base_alignment(embedding),
     )
-    kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, *outs)
+    thr = scalar_tensor(threshold, thr32, cu_draft_lens)
+    kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, thr, draft_tokens, cu_draft_lens, *outs)
     return outs

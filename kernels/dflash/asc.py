@@ -2,8 +2,8 @@
 Verified by lowering to AscendC only (codegen_ascend suite: every configuration lowers and its
 Unified Buffer footprint fits); no NPU has run it.
 
-    k = dflash_tl(H, He, h_stride, threshold, prev_dtype, draft_dtype, cu_dtype, h_align=16, e_align=16)
-    k(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
+    k = dflash_tl(H, He, h_stride, prev_dtype, draft_dtype, cu_dtype, h_align=16, e_align=16)
+    k(hidden, prev_tokens, embedding, w_h, w_e, bias, threshold, draft_tokens, cu_draft_lens,
       confidence, proposal_len, expected_len, tokens)
 
 Arguments, dtypes, layouts and semantics are those of the CUDA factory (kernels/dflash/cuda.py) and
@@ -15,23 +15,22 @@ the global-memory side of an Ascend DMA is byte-granular.
 Where the work runs: one persistent block per vector core over B + 1 jobs. Job b < B is request b:
 per position in order, MTE2 brings the hidden row, the prev_token and (when it is in range) the
 embedding row into the UB; a SIMT region of 256 threads forms strided partial dot products against
-the weights (loaded once per core), a second region sums the 256 partials in order on thread 0,
-applies the bias and sigmoid and updates the request's running proposal length, product and
-expected length (UB cells); MTE3 stores the confidence. Then the request's tokens go through the UB
-in tiles of 1024, positions past the proposal set to -1. Job B does the padding rows (before cu[0],
-from cu[B] on): their confidence and -1 tokens. The cores never need each other's data.
+the weights (loaded once per core, with the bias and the threshold), a second region sums the 256
+partials in order on thread 0, applies the bias and sigmoid and updates the request's running
+proposal length, product and expected length (UB cells); MTE3 stores the confidence. Then the
+request's tokens go through the UB in tiles of 1024, positions past the proposal set to -1. Job B
+does the padding rows (before cu[0], from cu[B] on): their confidence and -1 tokens. The cores
+never need each other's data.
 
 UB budget: the fp32 weights (4 (H + He) bytes), one bf16 hidden and one embedding row
 (2 (H + He) bytes), 1 KiB of partials, a 1024-token tile (4 KiB, 8 KiB for int64 draft_tokens) and
-eight 8-element cells (32 bytes each, 64 for int64 prev_tokens or cu_draft_lens): at H = He = 7168,
-84 + 1 + 8 KiB + 320 bytes = 93.3 KiB when all three index dtypes are int64, 89.25 KiB when all are
-int32 (testing/codegen_ascend.py measures it).
+nine 8-element cells (32 bytes each, 64 for int64 prev_tokens or cu_draft_lens): at H = He = 7168,
+84 + 1 + 8 KiB + 352 bytes = 93.34 KiB when all three index dtypes are int64, 89.28 KiB when all
+are int32 (testing/codegen_ascend.py measures it).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
-import struct
-
 import tilelang
 import tilelang.ascend.language as T
 
@@ -58,7 +57,6 @@ def dflash_tl(
     H: int,
     He: int,
     h_stride: int,
-    threshold: float,
     prev_dtype: str,
     draft_dtype: str,
     cu_dtype: str,
@@ -66,10 +64,9 @@ def dflash_tl(
     h_align: int = 16,
     e_align: int = 16,
 ):
-    """Ascend kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
-    confidence, proposal_len, expected_len, tokens) (memoised)."""
-    check_config("dflash", H, He, h_stride, threshold, h_align, e_align, prev_dtype=prev_dtype, draft_dtype=draft_dtype, cu_dtype=cu_dtype)
-    thr_bits = struct.unpack("<I", struct.pack("<f", threshold))[0]
+    """Ascend kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, threshold, draft_tokens,
+    cu_draft_lens, confidence, proposal_len, expected_len, tokens) (memoised)."""
+    check_config("dflash", H, He, h_stride, h_align, e_align, prev_dtype=prev_dtype, draft_dtype=draft_dtype, cu_dtype=cu_dtype)
     # UB rows padded to 32 bytes (16 bf16 elements).
     h_pad, e_pad = _round_up(H, 16), _round_up(He, 16)
     N, B, V, C = T.dynamic("N"), T.dynamic("B"), T.dynamic("V"), T.dynamic("C")
@@ -82,6 +79,7 @@ def dflash_tl(
         w_h: T.Tensor((H,), "float32"),
         w_e: T.Tensor((He,), "float32"),
         bias: T.Tensor((1,), "float32"),
+        threshold: T.Tensor((1,), "float32"),
         draft_tokens: T.Tensor((N,), draft_dtype),
         cu_draft_lens: T.Tensor((C,), cu_dtype),
         confidence: T.Tensor((N,), "float32"),
@@ -96,6 +94,7 @@ def dflash_tl(
             e_ub = T.alloc_shared((e_pad,), "bfloat16")
             part_ub = T.alloc_shared((_SIMT_THREADS,), "float32")
             bias_ub = T.alloc_shared((_CELL,), "float32")
+            thr_ub = T.alloc_shared((_CELL,), "float32")
             conf_ub = T.alloc_shared((_CELL,), "float32")
             prod_ub = T.alloc_shared((_CELL,), "float32")
             acc_ub = T.alloc_shared((_CELL,), "float32")
@@ -110,6 +109,7 @@ def dflash_tl(
             T.copy(w_h[0:H], wh_ub[:H])
             T.copy(w_e[0:He], we_ub[:He])
             T.copy(bias[0:1], bias_ub[0:1])
+            T.copy(threshold[0:1], thr_ub[0:1])
             for job in T.Persistent([B + 1], _VECTOR_CORES, core, group_size=1, num_stages=1):
                 if job < B:
                     # Rows [lo, hi) of the request, clamped into [0, N] (ref.request_bounds).
@@ -161,7 +161,7 @@ def dflash_tl(
                                 c = T.float32(1) / (T.float32(1) + T.exp(-logit))
                             conf_ub[0] = c
                             if job < B and alive_ub[0] != 0:
-                                if c < T.reinterpret(T.uint32(thr_bits), "float32") or c == T.float32(0):
+                                if c < thr_ub[0] or c == T.float32(0):
                                     plen_ub[0] = T.cast(p, "int32")
                                     alive_ub[0] = 0
                                 else:

@@ -1,14 +1,14 @@
 """NVIDIA TileLang implementation of `dflash`: the confidence head of a block drafter.
 
-    k = dflash_tl(H, He, h_stride, threshold, prev_dtype, draft_dtype, cu_dtype, h_align=16, e_align=16)
-    k(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
+    k = dflash_tl(H, He, h_stride, prev_dtype, draft_dtype, cu_dtype, h_align=16, e_align=16)
+    k(hidden, prev_tokens, embedding, w_h, w_e, bias, threshold, draft_tokens, cu_draft_lens,
       confidence, proposal_len, expected_len, tokens)
 
 hidden          (N, H) bfloat16, row stride `h_stride` >= H elements, last dimension contiguous, base
                 pointer aligned to `h_align` bytes.
 prev_tokens     (N,) of `prev_dtype`; draft_tokens and tokens (N,) of `draft_dtype` (int32 or int64).
 embedding       (V, He) bfloat16, contiguous, base pointer aligned to `e_align` bytes.
-w_h (H,), w_e (He,), bias (1,): float32. cu_draft_lens (>= B + 1,) of `cu_dtype`.
+w_h (H,), w_e (He,), bias (1,), threshold (1,): float32. cu_draft_lens (>= B + 1,) of `cu_dtype`.
 confidence      (N,) float32; proposal_len (B,) int32; expected_len (B,) float32. All contiguous.
 
 Semantics are `kernels.dflash.ref` (the contract): the confidences to within fp32 rounding (each
@@ -16,8 +16,8 @@ thread accumulates its vectors of both dot products in one fp32 register, then a
 the warps' partial sums in a fixed order: deterministic), and the derived outputs bit for bit from
 those confidences (the in-order products and sums use IEEE round-to-nearest intrinsics, so nvcc
 cannot fuse them into an FMA). N, B and V are dynamic (N, B >= 1: the interface launches nothing
-otherwise); the threshold is compiled in (one compile per threshold a deployment uses), so is the
-hidden row stride (vector loads need it to divide the row offsets).
+otherwise) and the threshold is read from its tensor; the hidden row stride is compiled in (vector
+loads need it to divide the row offsets).
 
 One launch of B + 1 blocks of 128 threads. Block b < B owns request b: it walks the request's
 positions in order, each a block-wide dot product over H + He elements (16-byte loads when the
@@ -29,8 +29,6 @@ and -1 tokens. No atomics, no global workspace; every output element has one wri
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
-import struct
-
 import tilelang
 import tilelang.language as T
 
@@ -44,17 +42,11 @@ _WARP = 32
 _WARPS = _THREADS // _WARP
 
 
-def _fp32_bits(value: float) -> int:
-    """The float32 bit pattern of value (exact: it is compiled in as an integer, never printed)."""
-    return struct.unpack("<I", struct.pack("<f", value))[0]
-
-
 @tilelang.jit
 def dflash_tl(
     H: int,
     He: int,
     h_stride: int,
-    threshold: float,
     prev_dtype: str,
     draft_dtype: str,
     cu_dtype: str,
@@ -62,14 +54,13 @@ def dflash_tl(
     h_align: int = 16,
     e_align: int = 16,
 ):
-    """Compiled kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
-    confidence, proposal_len, expected_len, tokens) (memoised)."""
-    check_config("dflash", H, He, h_stride, threshold, h_align, e_align, prev_dtype=prev_dtype, draft_dtype=draft_dtype, cu_dtype=cu_dtype)
+    """Compiled kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, threshold, draft_tokens,
+    cu_draft_lens, confidence, proposal_len, expected_len, tokens) (memoised)."""
+    check_config("dflash", H, He, h_stride, h_align, e_align, prev_dtype=prev_dtype, draft_dtype=draft_dtype, cu_dtype=cu_dtype)
     # Elements per load and loads per row: thread tx takes vectors tx, tx + 128, ... of each row.
     h_vec, e_vec = vector_elems(H, h_stride, h_align), vector_elems(He, He, e_align)
     h_vectors, e_vectors = H // h_vec, He // e_vec
     h_steps, e_steps = T.ceildiv(h_vectors, _THREADS), T.ceildiv(e_vectors, _THREADS)
-    thr_bits = _fp32_bits(threshold)
     N, B, V, C = T.dynamic("N"), T.dynamic("B"), T.dynamic("V"), T.dynamic("C")
 
     @T.macro
@@ -115,6 +106,7 @@ def dflash_tl(
         w_h: T.Tensor((H,), "float32"),
         w_e: T.Tensor((He,), "float32"),
         bias: T.Tensor((1,), "float32"),
+        threshold: T.Tensor((1,), "float32"),
         draft_tokens: T.Tensor((N,), draft_dtype),
         cu_draft_lens: T.Tensor((C,), cu_dtype),
         confidence: T.Tensor((N,), "float32"),
@@ -132,15 +124,16 @@ def dflash_tl(
             acc = T.alloc_local((1,), "float32")
             alive = T.alloc_local((1,), "int32")
             plen = T.alloc_local((1,), "int32")
+            thr = T.alloc_local((1,), "float32")
             row = T.alloc_local((1,), "int64")
             red = T.alloc_shared((_WARPS,), "float32")
             plen_s = T.alloc_shared((1,), "int32")
-            thr = T.reinterpret(T.uint32(thr_bits), "float32")
             n64 = T.cast(N, "int64")
             if b < B:
                 # Rows [lo, hi) of the request, clamped into [0, N] (ref.request_bounds).
                 lo = T.min(T.max(T.cast(cu_draft_lens[b], "int64"), 0), n64)
                 hi = T.max(T.min(T.max(T.cast(cu_draft_lens[b + 1], "int64"), 0), n64), lo)
+                thr[0] = threshold[0]
                 prod[0] = T.float32(1)
                 acc[0] = T.float32(0)
                 alive[0] = 1
@@ -148,7 +141,7 @@ def dflash_tl(
                 for t in T.serial(T.cast(hi - lo, "int32")):
                     confidence_at(lo + t, hidden, prev_tokens, embedding, w_h, w_e, bias, confidence, hbuf, ebuf, part, red, c, tx)
                     if tx == 0 and alive[0] != 0:
-                        if c[0] < thr or c[0] == T.float32(0):
+                        if c[0] < thr[0] or c[0] == T.float32(0):
                             plen[0] = t
                             alive[0] = 0
                         else:

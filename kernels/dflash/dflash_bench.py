@@ -3,7 +3,8 @@
 Run with ``python -m testing.benchmark --kernels dflash`` (or ``bazel run //kernels/dflash:dflash_bench``).
 
 Cases: B = 1, 8, 64, 256 requests, each with a draft of 4 or 8 positions, H = He = 7168 (DeepSeek-V3),
-V = 129280, threshold 0.5. Small batches are launch- and latency-bound (positions of a request run
+V = 129280, threshold 0.5 as a (1,) device tensor (the form a decode loop passes: no fill launch per
+call). Small batches are launch- and latency-bound (positions of a request run
 in order inside one block); B = 256 x 8 reads about 58 MiB.
 
 Peers, timed in the same run with the same timer:
@@ -12,7 +13,7 @@ Peers, timed in the same run with the same timer:
 
 bytes_moved, the minimum DRAM traffic of one call (every input read once, every output written once):
   N * H * 2 (hidden rows) + N * He * 2 (the gathered embedding rows) + (H + He) * 4 + 4 (weights, bias)
-  + N * 8 * 2 (prev_tokens, draft_tokens, int64) + (B + 1) * 4 (cu_draft_lens)
+  + 4 (threshold) + N * 8 * 2 (prev_tokens, draft_tokens, int64) + (B + 1) * 4 (cu_draft_lens)
   + N * 4 + B * 8 + N * 8 (confidence, proposal_len and expected_len, tokens),
 with N = B * draft length. The embedding table (1.8 GB) is shared by the input sets (one per device);
 the rows a set gathers are random, so L2 rarely serves them.
@@ -72,15 +73,16 @@ def _case(batch: int, draft_len: int) -> BenchCase:
         if not compiled:
             compiled.append(torch.compile(ref.confidence_head_fused_ref, dynamic=False))
         compiled_ref = compiled[0]
+        threshold = torch.full((1,), THRESHOLD, device=device)
         return Workload(
-            fn=lambda: api.confidence_head(**args, threshold=THRESHOLD),
+            fn=lambda: api.confidence_head(**args, threshold=threshold),
             peers={
-                "torch_eager": lambda: ref.confidence_head_fused_ref(**args, threshold=THRESHOLD, max_len=draft_len),
-                "torch_compile": lambda: compiled_ref(**args, threshold=THRESHOLD, max_len=draft_len),
+                "torch_eager": lambda: ref.confidence_head_fused_ref(**args, threshold=threshold, max_len=draft_len),
+                "torch_compile": lambda: compiled_ref(**args, threshold=threshold, max_len=draft_len),
             },
         )
 
-    read = n * H * 2 + n * HE * 2 + (H + HE) * 4 + 4 + n * 8 * 2 + (batch + 1) * 4
+    read = n * H * 2 + n * HE * 2 + (H + HE) * 4 + 4 + 4 + n * 8 * 2 + (batch + 1) * 4
     written = n * 4 + batch * 8 + n * 8
     return BenchCase(
         kernel=KERNEL,

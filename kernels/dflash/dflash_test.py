@@ -280,6 +280,19 @@ def test_cpu_interface_noncanonical_cu(cu):
 
 
 @pytest.mark.ref
+def test_threshold_tensor_read_as_it_is():
+    # A (1,) tensor equals its Python value; unchecked values: NaN keeps like 0, above 1 keeps nothing.
+    args = make_batch(random_lens(12), 48, 24, bad_tokens=2)
+    for tensor, same_as in ((0.3, 0.3), (0.0, 0.0), (math.nan, 0.0), (1.0, 1.0)):
+        got = api.confidence_head(**args, threshold=torch.tensor([tensor]), out=poisoned_outputs(args, "cpu"))
+        for name, g, e in zip(api.OUTPUTS, got, api.confidence_head(**args, threshold=same_as)):
+            assert_bitwise_equal(g, e, what=f"{name}, threshold tensor {tensor}")
+    got = api.confidence_head(**args, threshold=torch.tensor([1.5]))
+    assert got.proposal_len.tolist() == [0] * 12 and got.expected_len.tolist() == [0.0] * 12
+    assert got.tokens.tolist() == [-1] * got.tokens.shape[0]
+
+
+@pytest.mark.ref
 def test_empty_batch_outputs():
     # B == 0: every row is padding (confidence computed, token -1).
     args = make_batch([], 16, 8, pad_rows=4)
@@ -330,7 +343,10 @@ def _bad_inputs():
         case("prev-meta", ValueError, "prev_tokens is on meta but the input is on cpu", prev_tokens=base["prev_tokens"].to("meta")),
         case("threshold-high", ValueError, "threshold must be in [0, 1]", threshold=1.5),
         case("threshold-nan", ValueError, "threshold must be in [0, 1]", threshold=float("nan")),
-        case("threshold-tensor", TypeError, "threshold must be a real number", threshold=torch.tensor(0.5)),
+        case("threshold-list", TypeError, "threshold must be a real number or a (1,) float32 tensor", threshold=[0.5]),
+        case("threshold-0d", ValueError, "threshold must have shape (1,)", threshold=torch.tensor(0.5)),
+        case("threshold-f64", TypeError, "threshold has dtype torch.float64", threshold=torch.tensor([0.5], dtype=torch.float64)),
+        case("threshold-meta", ValueError, "threshold is on meta", threshold=torch.zeros(1, device="meta")),
         case("out-three", TypeError, "out must be a DflashOutput or tuple", out=outs()[:3]),
         case("out-conf-bf16", ValueError, "out.confidence must be (3,) torch.float32", out=(poisoned((3,), bf16, "cpu"),) + outs()[1:]),
         case("out-tokens-dtype", ValueError, "out.tokens must be (3,) torch.int64", out=outs()[:3] + (poisoned((3,), i32, "cpu"),)),
@@ -380,11 +396,11 @@ def test_cuda_config_compiles_without_spills(arch, config):
 @pytest.mark.codegen_cuda
 def test_shipped_configs_cover_every_path():
     configs = ref.dflash_shipped_configs()
-    for k in (4, 5, 6):
+    for k in (3, 4, 5):
         assert {c[k] for c in configs} == set(ref.BACKEND_INDEX_DTYPES)
-    vectors = {(ref.vector_elems(c[0], c[2], c[7]), ref.vector_elems(c[1], c[1], c[8])) for c in configs}
+    vectors = {(ref.vector_elems(c[0], c[2], c[6]), ref.vector_elems(c[1], c[1], c[7])) for c in configs}
     assert (8, 8) in vectors and any(h < 8 and e < 8 for h, e in vectors)
-    assert any(c[2] > c[0] for c in configs) and 0.0 in {c[3] for c in configs}
+    assert any(c[2] > c[0] for c in configs)
 
 
 @pytest.mark.codegen_cuda
@@ -392,15 +408,14 @@ def test_bad_static_arguments_rejected_before_build():
     for kwargs, message in [
         (dict(H=0), "H must be in [1, 16384]"),
         (dict(h_stride=100), "h_stride 100 is smaller than H 576"),
-        (dict(threshold=0.1), "is not a float32 value"),
         (dict(h_align=3), "h_align must be one of"),
     ]:
-        args = dict(H=576, He=320, h_stride=576, threshold=0.5, h_align=16, e_align=16)
+        args = dict(H=576, He=320, h_stride=576, h_align=16, e_align=16)
         args.update(kwargs)
         with pytest.raises(ValueError, match=re.escape(message)):
-            ref.check_config("dflash", args["H"], args["He"], args["h_stride"], args["threshold"], args["h_align"], args["e_align"], cu_dtype="int32")
+            ref.check_config("dflash", args["H"], args["He"], args["h_stride"], args["h_align"], args["e_align"], cu_dtype="int32")
     with pytest.raises(ValueError, match="cu_dtype 'int16'"):
-        ref.check_config("dflash", 8, 8, 8, 0.5, 16, 16, cu_dtype="int16")
+        ref.check_config("dflash", 8, 8, 8, 16, 16, cu_dtype="int16")
 
 
 @pytest.mark.codegen_ascend
@@ -499,21 +514,23 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
 
 @pytest.mark.device
 def test_device_cuda_graph_replay(device, backend):
-    # Captured once at fixed sizes, replayed with new contents (bias and lengths included).
+    # Captured once at fixed sizes, replayed with new contents (bias, threshold and lengths included).
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
     n_req, n, H, He = 32, 256, 4096, 4096
     args = make_batch([8] * n_req, H, He, vocab=1000, device=device)
     outs = poisoned_outputs(args, device)
+    threshold = torch.full((1,), 0.5, device=device)
 
     def call():
-        api.confidence_head(**args, threshold=0.5, out=outs)
+        api.confidence_head(**args, threshold=threshold, out=outs)
 
     call()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
-    for _ in range(2):
+    for thr in (0.25, 0.75):
+        threshold.fill_(thr)
         fresh = make_batch(random_lens(n_req, 8), H, He, vocab=1000, pad_rows=0)
         pad = n - fresh["hidden"].shape[0]
         for key in ("prev_tokens", "draft_tokens"):
@@ -525,5 +542,5 @@ def test_device_cuda_graph_replay(device, backend):
             t.fill_(float("nan") if t.dtype.is_floating_point else torch.iinfo(t.dtype).min)
         graph.replay()
         assert_confidence_close(outs.confidence, args)
-        assert_derived_exact(outs, outs.confidence, args, 0.5, "graph")
-        assert_matches_ref(outs, args, 0.5, "graph")
+        assert_derived_exact(outs, outs.confidence, args, thr, "graph")
+        assert_matches_ref(outs, args, thr, "graph")

@@ -22,7 +22,9 @@ Inputs
                   cu_draft_lens[B] == N (that needs the values); rows outside every request (before
                   lo_0, or from hi_{B-1} on when cu_draft_lens[B] < N) are *padding*; only rows < N
                   are ever read.
-    threshold     a Python real number in [0, 1], compared in float32 (`fp32_threshold`).
+    threshold     a Python real number in [0, 1], compared in float32 (`fp32_threshold`), or a (1,)
+                  float32 tensor on the inputs' device, compared as it is: its value is not checked
+                  (that would read it on the host); NaN keeps like 0, a value above 1 keeps nothing.
 
 Outputs
     confidence    (N,) float32, every row (padding included):
@@ -73,7 +75,7 @@ def fp32_threshold(threshold, name: str = "dflash") -> float:
     """threshold rounded to float32 (what every backend compares with). TypeError unless a real
     number (bool excluded); ValueError unless in [0, 1] (NaN included)."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise TypeError(f"{name}: threshold must be a real number, got {type(threshold).__name__}")
+        raise TypeError(f"{name}: threshold must be a real number or a (1,) float32 tensor, got {type(threshold).__name__}")
     value = float(threshold)
     if math.isnan(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name}: threshold must be in [0, 1], got {value}")
@@ -102,7 +104,7 @@ def derive_from_confidence(
     requests) up to `max_len`, any bound >= the longest request; None reads the longest request from
     cu_draft_lens (a host synchronisation for device tensors).
     """
-    thr = fp32_threshold(threshold)
+    thr = threshold if isinstance(threshold, torch.Tensor) else fp32_threshold(threshold)
     n_rows = confidence.shape[0]
     device = confidence.device
     lo, hi = request_bounds(cu_draft_lens, n_rows)
@@ -182,12 +184,9 @@ MAX_WIDTH = 16384
 ALIGNMENTS = (2, 4, 8, 16)
 
 
-def check_config(
-    name: str, H: int, He: int, h_stride: int, threshold: float, h_align: int, e_align: int, **dtypes: str
-) -> None:
-    """ValueError/TypeError unless 1 <= H, He <= MAX_WIDTH, h_stride >= H, threshold is a float32
-    value in [0, 1], h_align and e_align are in ALIGNMENTS and every index dtype name is one of
-    BACKEND_INDEX_DTYPES."""
+def check_config(name: str, H: int, He: int, h_stride: int, h_align: int, e_align: int, **dtypes: str) -> None:
+    """ValueError/TypeError unless 1 <= H, He <= MAX_WIDTH, h_stride >= H, h_align and e_align are
+    in ALIGNMENTS and every index dtype name is one of BACKEND_INDEX_DTYPES."""
     for arg, value in (("H", H), ("He", He), ("h_stride", h_stride), ("h_align", h_align), ("e_align", e_align)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
@@ -196,8 +195,6 @@ def check_config(
             raise ValueError(f"{name}: {arg} must be in [1, {MAX_WIDTH}], got {value}")
     if h_stride < H:
         raise ValueError(f"{name}: h_stride {h_stride} is smaller than H {H}")
-    if fp32_threshold(threshold, name) != threshold:
-        raise ValueError(f"{name}: threshold {threshold!r} is not a float32 value (round it with fp32_threshold)")
     for arg, align in (("h_align", h_align), ("e_align", e_align)):
         if align not in ALIGNMENTS:
             raise ValueError(f"{name}: {arg} must be one of {ALIGNMENTS}, got {align}")
@@ -212,14 +209,14 @@ def vector_elems(width: int, stride: int, align: int) -> int:
     return math.gcd(2 * width, 2 * stride, align, 16) // 2
 
 
-def dflash_shipped_configs() -> list[tuple[int, int, int, float, str, str, str, int, int]]:
-    """(H, He, h_stride, threshold, prev_dtype, draft_dtype, cu_dtype, h_align, e_align): the
-    DeepSeek-V3 and a 4096 model width with 16-byte vectors, an odd small head (576, 320) with
-    strided hidden rows and with 4- and 8-byte vectors (misaligned base pointers), thresholds 0 and
-    in between, both dtypes of every index input. N, B and V are dynamic."""
+def dflash_shipped_configs() -> list[tuple[int, int, int, str, str, str, int, int]]:
+    """(H, He, h_stride, prev_dtype, draft_dtype, cu_dtype, h_align, e_align): the DeepSeek-V3 and a
+    4096 model width with 16-byte vectors, an odd small head (576, 320) with strided hidden rows and
+    with 4- and 8-byte vectors (misaligned base pointers), both dtypes of every index input. N, B, V
+    and the threshold (a kernel input) are dynamic."""
     return [
-        (7168, 7168, 7168, 0.5, "int32", "int32", "int32", 16, 16),
-        (4096, 4096, 4096, 0.0, "int64", "int64", "int64", 16, 16),
-        (576, 320, 640, 0.25, "int64", "int32", "int64", 16, 16),
-        (576, 320, 576, 0.75, "int32", "int64", "int32", 4, 8),
+        (7168, 7168, 7168, "int32", "int32", "int32", 16, 16),
+        (4096, 4096, 4096, "int64", "int64", "int64", 16, 16),
+        (576, 320, 640, "int64", "int32", "int64", 16, 16),
+        (576, 320, 576, "int32", "int64", "int32", 4, 8),
     ]

@@ -48,9 +48,10 @@ from kernels.interface import (
     check_no_overlap,
     check_out,
     check_rows,
-    check_tensor,
+    check_scalar,
     dense_rows,
     is_host,
+    scalar_tensor,
     stream_counters,
 )
 from kernels.outlier_detection import ref
@@ -77,18 +78,6 @@ def _check_x(name: str, x, max_width: int | None) -> None:
         raise ValueError(f"{name}: x has width 0; at least 1 column is needed")
 
 
-def _check_threshold(name: str, threshold, x: torch.Tensor) -> float | None:
-    """The threshold rounded to fp32, or None when it is already a (1,) float32 tensor on x's device."""
-    if isinstance(threshold, torch.Tensor):
-        check_tensor(name, "threshold", threshold, dtypes=[torch.float32], shape=(1,), like=x)
-        return None
-    return ref.fp32_threshold(threshold, name)
-
-
-def _device_threshold(x: torch.Tensor, threshold, thr32: float | None) -> torch.Tensor:
-    return threshold if thr32 is None else torch.full((1,), thr32, dtype=torch.float32, device=x.device)
-
-
 def _row_outputs(name: str, x: torch.Tensor, out) -> tuple[torch.Tensor, ...]:
     """The caller's (absmax, flag, flagged_rows, count), validated, or fresh ones."""
     n = x.shape[0]
@@ -107,7 +96,7 @@ def detect_outlier_rows(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     name = "detect_outlier_rows"
     _check_x(name, x, MAX_D)
-    thr32 = _check_threshold(name, threshold, x)
+    thr32 = check_scalar(name, "threshold", threshold, x, ref.fp32_threshold)
     absmax, flag, flagged_rows, count = _row_outputs(name, x, out)
     # The kernels read x and the threshold while they write the outputs (declared non-aliasing).
     written = {f"out.{field}": t for field, t in zip(ROW_OUTPUTS, (absmax, flag, flagged_rows, count))}
@@ -124,7 +113,7 @@ def detect_outlier_rows(
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
     static = (d, DTYPES[x.dtype], x_stride)
-    thr = _device_threshold(x, threshold, thr32)
+    thr = scalar_tensor(threshold, thr32, x)
     if n <= ONE_LAUNCH_MAX_ROWS:
         try:
             factory = tl.ops.outlier_rows_compact_tl
@@ -142,7 +131,7 @@ def detect_outlier_rows(
 def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | None = None) -> torch.Tensor:
     name = "count_outlier_columns"
     _check_x(name, x, None)
-    thr32 = _check_threshold(name, threshold, x)
+    thr32 = check_scalar(name, "threshold", threshold, x, ref.fp32_threshold)
     n, d = x.shape
     check_out(name, "out", out, (d,), torch.int32, x)
     check_no_overlap(name, {"out": out}, {"x": x, "threshold": threshold if thr32 is None else None})
@@ -157,5 +146,5 @@ def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | Non
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
     columns = tl.ops.outlier_columns_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
-    columns(xk, _device_threshold(x, threshold, thr32), counts)
+    columns(xk, scalar_tensor(threshold, thr32, x), counts)
     return counts
