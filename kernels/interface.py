@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import torch
 
 __all__ = [
+    "CUDA_MAX_GRID_Y",
     "DEVICE_BACKEND",
     "INDEX_DTYPES",
     "INT32_MAX",
@@ -41,6 +42,8 @@ DEVICE_BACKEND = {"cuda": "cuda", "npu": "asc"}
 # torch index dtype -> the element type name the factories take.
 INDEX_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
 INT32_MAX = 2**31 - 1
+# CUDA caps a grid's y and z dimensions at this many blocks; a launch past it fails with a CUDA error.
+CUDA_MAX_GRID_Y = 65535
 
 
 def _ops():

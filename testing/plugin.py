@@ -8,6 +8,7 @@ Options:
 Behaviour:
   * every test starts with torch's RNG seeded from its own seed (fixture `seed` gives the value);
   * fixture `no_kernel_launches` makes any kernel lookup through tilelang_ops.ops fail the test;
+  * skip_unless_backend_has(factory) skips a test meant for a kernel the backend does not have;
   * KernelUnavailableError raised by a test becomes a skip carrying the error's message;
   * `device` tests skip with a reason when the backend's accelerator is absent;
   * at session start, the standard library's `platform` module is checked to be the real one;
@@ -113,6 +114,15 @@ def _seeded_rng(seed):
 
     torch.manual_seed(seed)
     yield
+
+
+def skip_unless_backend_has(factory: str) -> None:
+    """Skips the calling test when the selected backend has no `factory`: its interface would serve
+    the case with another kernel, so running it would test that one under this kernel's name."""
+    import tilelang_ops
+
+    if factory not in tilelang_ops.ops.names():
+        pytest.skip(f"backend {tilelang_ops.PLATFORM.tilelang_ops_backend!r} has no {factory}")
 
 
 @pytest.fixture

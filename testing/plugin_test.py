@@ -19,6 +19,12 @@ def test_seeds_are_stable_per_test_and_differ_across_tests():
     assert a != plugin.test_seed(1, "k_test.py::test_a")
 
 
+def test_skip_unless_backend_has():
+    plugin.skip_unless_backend_has("gather_tl")  # every backend has it: no skip
+    with pytest.raises(pytest.skip.Exception, match="has no no_such_kernel_tl"):
+        plugin.skip_unless_backend_has("no_such_kernel_tl")
+
+
 def test_torch_rng_is_seeded_from_the_test_seed(seed):
     import torch
 

@@ -18,6 +18,7 @@ import torch
 
 from kernels.candidate_blocks import api, ref
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.plugin import skip_unless_backend_has
 
 IDX = [torch.int32, torch.int64]
 
@@ -298,10 +299,7 @@ def kernel_choice(request, monkeypatch):
     block-per-query kernel only: their "pair" cases skip, since the interface would serve them with
     that kernel."""
     if request.param == "pair":
-        import tilelang_ops
-
-        if "candidate_blocks_pair_tl" not in tilelang_ops.ops.names():
-            pytest.skip(f"backend {tilelang_ops.PLATFORM.tilelang_ops_backend!r} has no pair kernel")
+        skip_unless_backend_has("candidate_blocks_pair_tl")
     monkeypatch.setattr(api, "PAIR_KERNEL_MIN_QUERIES", 1 << 62 if request.param == "block" else 0)
     return request.param
 

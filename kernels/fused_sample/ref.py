@@ -19,6 +19,7 @@ could keep; the last block of a row to finish runs the sampler's passes over tho
 
 from __future__ import annotations
 
+from kernels.interface import CUDA_MAX_GRID_Y
 from kernels.sampler.ref import (
     DTYPES,
     MASS_BITS,
@@ -50,8 +51,9 @@ fused_sample_ref = sampler_ref
 # entries of a row one block reads, and candidates one block may list.
 CHUNK = 8192
 LIST_CAP = 256
-# Rows are the grid's second dimension (at most 65535 blocks); larger batches take the sampler's kernel.
-MAX_ROWS = 65535
+# Rows are the grid's second dimension (CUDA_MAX_GRID_Y blocks at most); larger batches take the
+# sampler's kernel.
+MAX_ROWS = CUDA_MAX_GRID_Y
 
 
 def fused_sample_shipped_configs() -> list[tuple[str, int, str]]:

@@ -50,6 +50,7 @@ import functools
 import torch
 
 from kernels.interface import (
+    CUDA_MAX_GRID_Y,
     INT32_MAX,
     backend_ops,
     base_alignment,
@@ -75,7 +76,7 @@ NAME = "random_sampling"
 ROW_KERNEL_WAVE_FILL = 0.8
 # The chunked kernel's grid has a row's chunks on its y dimension, which CUDA caps at 65535
 # (V up to 268,431,360 entries); longer rows take the row kernel.
-MAX_CHUNKS = 65535
+MAX_CHUNKS = CUDA_MAX_GRID_Y
 # torch dtype -> the element type name the backend factories take, per source.
 PROBS_DTYPES = {torch.float32: "float32"}
 LOGITS_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}

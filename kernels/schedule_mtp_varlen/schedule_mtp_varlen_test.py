@@ -14,6 +14,7 @@ import torch
 
 from kernels.schedule_mtp_varlen import api, ref
 from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.plugin import skip_unless_backend_has
 
 IDX = [torch.int32, torch.int64]
 
@@ -326,10 +327,7 @@ def kernel_choice(request, monkeypatch):
     take it through with_kernels. Other backends have the block kernel only: their "warp" cases skip,
     since the interface would serve them with the block kernel."""
     if request.param == "warp":
-        import tilelang_ops
-
-        if "schedule_mtp_varlen_warp_tl" not in tilelang_ops.ops.names():
-            pytest.skip(f"backend {tilelang_ops.PLATFORM.tilelang_ops_backend!r} has no warp kernel")
+        skip_unless_backend_has("schedule_mtp_varlen_warp_tl")
     monkeypatch.setattr(api, "WARP_KERNEL_MAX_BATCH", 0 if request.param == "block" else WARP_CAPACITY)
     return request.param
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import torch
 
 from kernels.interface import (
+    CUDA_MAX_GRID_Y,
     INDEX_DTYPES,
     backend_ops,
     check_block_table,
@@ -63,10 +64,9 @@ __all__ = ["swa_index"]
 OUTPUTS = ("slots", "valid_len", "first_block", "replay_start", "replay_end")
 # The CUDA kernel's grid y: rows of CUDA_TOKENS_PER_ROW tokens, then rows of CUDA_REQUESTS_PER_ROW
 # requests (kernels/swa_index/cuda.py's _TOK and _THREADS; a codegen_cuda test keeps them equal).
-# CUDA caps grid y at CUDA_MAX_GRID_Y blocks, and a launch past it fails with a CUDA error.
+# CUDA caps grid y at CUDA_MAX_GRID_Y blocks (kernels/interface.py).
 CUDA_TOKENS_PER_ROW = 8
 CUDA_REQUESTS_PER_ROW = 256
-CUDA_MAX_GRID_Y = 65535
 
 
 def check_cuda_grid(name: str, n_tok: int, n_req: int) -> None:
