@@ -222,10 +222,11 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def check_no_overlap(name: str, written: dict, read: dict) -> None:
     """No written tensor overlaps another written or read one (the kernels declare them non-aliasing).
-    Both arguments map argument names to tensors or None."""
+    Both arguments map argument names to tensors, or to anything else (None, a Python scalar such
+    as a check_scalar argument), which holds no memory and is skipped."""
     for wname, w in written.items():
         for oname, o in {**read, **written}.items():
-            if w is not None and o is not None and wname != oname and overlaps(w, o):
+            if isinstance(w, torch.Tensor) and isinstance(o, torch.Tensor) and wname != oname and overlaps(w, o):
                 raise ValueError(f"{name}: {wname} overlaps {oname} in memory")
 
 

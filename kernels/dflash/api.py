@@ -128,7 +128,7 @@ def confidence_head(
         "w_h": w_h,
         "w_e": w_e,
         "bias": bias,
-        "threshold": threshold if thr32 is None else None,
+        "threshold": threshold,
         "draft_tokens": draft_tokens,
         "cu_draft_lens": cu_draft_lens,
     }
@@ -137,8 +137,7 @@ def confidence_head(
         # No TileLang kernel: CPU tensors, or an empty batch on a device (every request then has
         # no position, so max_len = 0 needs no host read).
         max_len = None if is_host(cu_draft_lens) else 0
-        thr = threshold if thr32 is None else thr32
-        got = ref.confidence_head_fused_ref(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, thr, max_len)
+        got = ref.confidence_head_fused_ref(hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens, threshold, max_len)
         for dst, src in zip(outs, got):
             dst.copy_(src)
         return outs

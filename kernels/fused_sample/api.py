@@ -13,9 +13,9 @@ All of these are contiguous tensors on logits' device.
 return_logprobs  also return the token's log-probability under softmax(l / t) before filtering.
 out          None or caller-owned (tokens (B,) int64, logprobs (B,) float32 or None, empty (B,) bool).
 Returns SamplerOutput(tokens, logprobs, empty): tokens (B,) int64 in [-1, V) (-1 and empty = True
-for a row without a logit above -inf, NaN counting as -inf), logprobs (B,) float32 or None. The exact rules are
-kernels/sampler/ref.py (fused_sample_ref is sampler_ref); the kernel's logprobs match within float32
-rounding of the normalising sum.
+for a row without a logit above -inf, NaN counting as -inf), logprobs (B,) float32 or None. The
+exact rules are kernels/sampler/ref.py (fused_sample_ref is sampler_ref); the kernel's logprobs
+match within float32 rounding of the normalising sum.
 
 Dispatch:
   CPU tensors            the PyTorch reference.

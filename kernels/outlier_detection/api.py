@@ -100,7 +100,7 @@ def detect_outlier_rows(
     absmax, flag, flagged_rows, count = _row_outputs(name, x, out)
     # The kernels read x and the threshold while they write the outputs (declared non-aliasing).
     written = {f"out.{field}": t for field, t in zip(ROW_OUTPUTS, (absmax, flag, flagged_rows, count))}
-    read = {"x": x, "threshold": threshold if thr32 is None else None}
+    read = {"x": x, "threshold": threshold}
     check_no_overlap(name, written, read)
     n, d = x.shape
     if n == 0:
@@ -134,7 +134,7 @@ def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | Non
     thr32 = check_scalar(name, "threshold", threshold, x, ref.fp32_threshold)
     n, d = x.shape
     check_out(name, "out", out, (d,), torch.int32, x)
-    check_no_overlap(name, {"out": out}, {"x": x, "threshold": threshold if thr32 is None else None})
+    check_no_overlap(name, {"out": out}, {"x": x, "threshold": threshold})
     counts = out if out is not None else torch.empty((d,), dtype=torch.int32, device=x.device)
     if is_host(x) and n > 0:
         counts.copy_(ref.outlier_columns_ref(x, threshold))

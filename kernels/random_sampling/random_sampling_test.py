@@ -538,8 +538,8 @@ DEVICE_SHAPES = [(1, 1), (1, 3), (7, 1000), (5, 4097), (33, 8191), (1, 129280), 
 
 def _device_inputs(B, V, device, source, dtype, layout):
     """(x, seed, offset): x of the source's shape with zeros / NaN / +-inf sprinkled in, rows with
-    nothing to draw (1: zeros or -inf; 3: all NaN); layout "dense", "strided" (row stride V + 8) or "misaligned" (base
-    pointer one element off, odd row stride: element-wide loads)."""
+    nothing to draw (1: zeros or -inf; 3: all NaN); layout "dense", "strided" (row stride V + 8) or
+    "misaligned" (base pointer one element off, odd row stride: element-wide loads)."""
     pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
     base = torch.empty(B, V + pad + start, dtype=torch.float32)

@@ -24,10 +24,10 @@ return_logprobs  also return the token's log-probability under softmax(l / t) (s
 out          None or caller-owned (tokens (B,) int64, logprobs (B,) float32 or None, empty (B,) bool),
              contiguous, on logits' device; logprobs is a tensor exactly when return_logprobs.
 Returns SamplerOutput(tokens, logprobs, empty): tokens (B,) int64 in [-1, V), -1 for a row without
-a logit above -inf (NaN counts as -inf; flagged in empty); a row holding +inf (or whose l / t overflows) gives the lowest
-such id, logprob 0; logprobs (B,) float32 (NaN for empty rows), or None when not asked. The exact
-rules are kernels/sampler/ref.py (the contract); the kernel matches it token for token, and its
-logprobs within float32 rounding of the normalising sum.
+a logit above -inf (NaN counts as -inf; flagged in empty); a row holding +inf (or whose l / t
+overflows) gives the lowest such id, logprob 0; logprobs (B,) float32 (NaN for empty rows), or None
+when not asked. The exact rules are kernels/sampler/ref.py (the contract); the kernel matches it
+token for token, and its logprobs within float32 rounding of the normalising sum.
 
 CUDA tensors run one TileLang kernel per call (one block per request, no sort, no host sync:
 CUDA-graph capturable; B, V and the row stride are dynamic, one compile per dtype, load width and

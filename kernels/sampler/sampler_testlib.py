@@ -108,8 +108,8 @@ def bad_inputs():
 
 def device_logits(B, V, device, dtype, layout):
     """(B, V) logits with NaN / -inf sprinkled in, an empty row (1), a +inf row (2), an all-NaN row
-    (3: empty too) and an all-equal row (5); layout "dense", "strided" (row stride V + 8) or "misaligned" (base one element off:
-    element-wide loads)."""
+    (3: empty too) and an all-equal row (5); layout "dense", "strided" (row stride V + 8) or
+    "misaligned" (base one element off: element-wide loads)."""
     pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
     base = torch.randn(B, V + pad + start) * 4
