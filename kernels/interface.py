@@ -18,6 +18,8 @@ __all__ = [
     "INT32_MAX",
     "backend_ops",
     "base_alignment",
+    "canonical_strides",
+    "check_block_dense",
     "check_block_table",
     "check_choice",
     "check_device",
@@ -255,6 +257,30 @@ def base_alignment(*tensors: torch.Tensor) -> int:
         if ptr:
             align = min(align, ptr & -ptr)
     return align
+
+
+def check_block_dense(name: str, arg: str, cache: torch.Tensor) -> None:
+    """A paged cache (num_blocks, ...) whose every block cache[b] is one contiguous run of memory and
+    whose blocks do not overlap each other; blocks may be strided (one layer of a multi-layer pool,
+    K and V interleaved per block)."""
+    inner = cache.shape[1:]
+    want = 1
+    for size, stride in reversed(list(zip(inner, cache.stride()[1:]))):
+        if size > 1 and stride != want:
+            raise ValueError(f"{name}: {arg} must be contiguous within each block, got strides {cache.stride()}")
+        want *= size
+    if cache.shape[0] > 1 and cache.stride(0) < want:
+        raise ValueError(f"{name}: {arg}'s block stride {cache.stride(0)} is smaller than a block of {want} elements")
+
+
+def canonical_strides(t: torch.Tensor) -> torch.Tensor:
+    """t with the stride of every size-1 dimension set as if the dimension were dense, so equal
+    shapes give equal static kernel arguments (a stride of a size-1 dimension is never used)."""
+    strides = list(t.stride())
+    for i in reversed(range(t.dim())):
+        if t.shape[i] == 1:
+            strides[i] = strides[i + 1] * t.shape[i + 1] if i + 1 < t.dim() else 1
+    return t if strides == list(t.stride()) else t.as_strided(t.shape, strides)
 
 
 def dense_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:

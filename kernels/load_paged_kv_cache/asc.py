@@ -7,7 +7,8 @@ Where the work runs: a vector (AIV) kernel, one persistent block per vector core
 `rows` output rows. Per tile the scalar unit walks seq_lens (MTE2 brings them in chunks into the
 Unified Buffer), keeps the running prefix, and records for each tile row its request and position
 (the tile-0 core also stores cu_seqlens); it then fetches each valid row's block id from the block
-table (one small DMA per row) and brings the row's record or bf16 row in with one DMA. One SIMT
+table (one small DMA per row) and brings the row's record in with one DMA, a bf16 row with one
+DMA per head (a slot's heads are not adjacent in an HND cache; plain rows are one head). One SIMT
 region dequantises the tile (kernels/quant/tl_formats.py's expressions, as the CUDA kernel) or
 zero-fills rows without a slot; MTE3 stores the rows that belong to requests (a prefix of the
 tile: rows past the total stay untouched, rows at or past cap are outside the view). Row ids,
@@ -50,23 +51,33 @@ def _pad(n: int, elem_bytes: int) -> int:
 
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,) for bf16]}: tiles of 28 rows (576), of 32 rows
-    (the cap, 128), of one row (16384, the largest UB footprint); an odd width; both index dtypes
-    and no starts; both record layouts."""
+    (the cap, 128), of one row (16384, the largest UB footprint); an odd width; per-head NHD and
+    HND caches and block-strided rows; both index dtypes and no starts; both record layouts."""
     return {
-        "load_paged_kv_bf16_tl": [(576, 64, "int32", None, 16), (128, 16, "int64", "int64", 16), (16384, 64, "int32", "int32", 16), (7, 1, "int64", None, 16)],
+        "load_paged_kv_bf16_tl": [
+            (1, 576, 64, (64 * 576, 576, 576), "int32", None, 16),
+            (1, 128, 16, (16 * 128, 128, 128), "int64", "int64", 16),
+            (1, MAX_D, 64, (64 * MAX_D, MAX_D, MAX_D), "int32", "int32", 16),
+            (1, 7, 1, (7, 7, 7), "int64", None, 16),
+            (8, 128, 16, (16 * 1024, 1024, 128), "int32", None, 16),
+            (8, 128, 64, (64 * 1024, 128, 64 * 128), "int64", "int32", 16),
+            (1, 576, 64, (2 * 64 * 576, 576, 576), "int32", "int64", 16),
+        ],
         "load_paged_kv_fp4_tl": [(64, "int32", "int64")],
         "load_paged_kv_fp8_tl": [(16, "int64", None)],
     }
 
 
-def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
-    """The kernel of one cache layout (records None: bf16 rows of width D)."""
+def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: int = 1, cache_strides=None):
+    """The kernel of one cache layout (records None: bf16 rows of D = H * Dh values out of a
+    (num_blocks, block_size, H, Dh) cache with strides (*cache_strides, 1))."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     starts_t = starts_dtype if starts_dtype is not None else lens_dtype
     width = D if records is None else layout.WIDTH
     rows = tile_rows(width)
     R = D if records is None else records.record_bytes
+    Dh = D // H
     src_dtype = "bfloat16" if records is None else "uint8"
     src_elem = 2 if records is None else 1
     groups = 1 if records is None else records.groups
@@ -74,9 +85,14 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
     rounds = -(-rows * groups // threads)
     chunk = _LENS_CHUNK
 
+    if records is None:
+        cache_t = T.StridedTensor((num_blocks, block_size, H, Dh), (*cache_strides, 1), src_dtype)
+    else:
+        cache_t = T.Tensor((num_blocks, block_size, R), src_dtype)
+
     @T.prim_func
     def load_paged_kv(
-        cache: T.Tensor((num_blocks, block_size, R), src_dtype),
+        cache: cache_t,
         block_table: T.Tensor((b, max_blocks), "int32"),
         seq_lens: T.Tensor((b,), lens_dtype),
         seq_starts: T.Tensor((b,), starts_t),
@@ -133,7 +149,12 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
                             T.copy(block_table[req_ub[r], p // block_size : p // block_size + 1], one_ub[0:1])
                             if one_ub[0] >= 0 and one_ub[0] < num_blocks:
                                 blk_ub[r] = one_ub[0]
-                                T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, :], src_ub[r, :R])
+                                if records is None:
+                                    # One DMA per head: a slot's heads need not be adjacent (HND).
+                                    for h in T.serial(H):
+                                        T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, h, :], src_ub[r, h * Dh : (h + 1) * Dh])
+                                else:
+                                    T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, :], src_ub[r, :R])
                 with T.SimtVF(threads=threads):
                     tid = T.get_thread_binding(0)
                     sc = T.alloc_var("float32")
@@ -178,10 +199,13 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype):
 
 
 @tilelang.jit(target="ascend")
-def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype, *, x_align: int = 16):
-    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache."""
-    row_elements("load_paged_kv_cache", D, "bfloat16", ["bfloat16"], D, max_D=MAX_D)
-    return _kernel(None, D, block_size, lens_dtype, starts_dtype)
+def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple, lens_dtype: str, starts_dtype, *, x_align: int = 16):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache of
+    H heads of Dh values per slot, strides cache_strides."""
+    row_elements("load_paged_kv_cache", H * Dh, "bfloat16", ["bfloat16"], H * Dh, max_D=MAX_D)
+    if H < 1 or Dh < 1 or len(cache_strides) != 3 or min(cache_strides) < 1:
+        raise ValueError(f"load_paged_kv_cache: H, Dh and the 3 cache strides must be positive, got {H}, {Dh}, {cache_strides}")
+    return _kernel(None, H * Dh, block_size, lens_dtype, starts_dtype, H, tuple(cache_strides))
 
 
 @tilelang.jit(target="ascend")

@@ -1,18 +1,21 @@
 """NVIDIA TileLang implementation of `load_paged_kv_cache`: paged cache -> contiguous bf16 rows.
 
-    load = load_paged_kv_bf16_tl(D, block_size, lens_dtype, starts_dtype, x_align=...)
+    load = load_paged_kv_bf16_tl(H, Dh, block_size, cache_strides, lens_dtype, starts_dtype, x_align=...)
     load = load_paged_kv_fp4_tl(block_size, lens_dtype, starts_dtype)
     load = load_paged_kv_fp8_tl(block_size, lens_dtype, starts_dtype)
     load(cache, block_table, seq_lens, seq_starts, out, cu_seqlens)
 
-cache        bf16: (num_blocks, block_size, D) bfloat16, contiguous, base aligned to x_align bytes.
+cache        bf16: (num_blocks, block_size, H, Dh) bfloat16 with strides (*cache_strides, 1), base
+             aligned to x_align bytes: rows of D = H * Dh values (H = 1 for plain rows), the
+             "NHD" per-head cache itself or an "HND" one as its transpose(1, 2) view; blocks may
+             be strided.
              fp4 / fp8: (num_blocks, block_size, R) uint8, the byte view of a record cache
              (kernels/store_kv_cache/layout.py: R = 400 / 656), contiguous, 16-byte aligned.
 block_table  (B, max_blocks) int32, contiguous.
 seq_lens     (B,) of lens_dtype (int32 or int64). seq_starts: (B,) of starts_dtype; starts_dtype
              None means every start is 0, and the kernel never reads seq_starts (the interface
              passes seq_lens there, so the signature stays fixed).
-out          (cap, D) bfloat16 contiguous (D = 576 for records), aligned like the cache.
+out          (cap, D) bfloat16 contiguous (D = H * Dh, or 576 for records), aligned like the cache.
 cu_seqlens   (B + 1,) int32.
 
 Semantics are kernels.load_paged_kv_cache.ref, bit for bit: output row t < cap of request b
@@ -62,6 +65,7 @@ section moves as whole vectors.
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
 # the factory's arguments, and string annotations would lose them.
 import dataclasses
+import math
 
 import tilelang
 import tilelang.language as T
@@ -108,6 +112,7 @@ class LoadConfig:
     threads_per_row: int
     rows_per_block: int  # rows one pass copies
     steps: int  # vectors each thread copies (the last may fall past the row and is skipped)
+    head_vectors: int = 0  # bf16 rows: vectors in one head's Dh values
 
     @property
     def threads(self) -> int:
@@ -118,11 +123,15 @@ class LoadConfig:
         return self.rows_per_block * _PASSES
 
 
-def bf16_config(D: int, x_align: int = 16) -> LoadConfig:
-    """Launch shape of the bf16 kernel: vectors as wide as D and the alignment allow."""
-    row_elements("load_paged_kv_cache", D, "bfloat16", ["bfloat16"], D, max_D=MAX_D, x_align=x_align)
-    vector_bytes = min(_MAX_VECTOR_BYTES, (2 * D) & -(2 * D), x_align)
-    row_vectors = 2 * D // vector_bytes
+def bf16_config(H: int, Dh: int, cache_strides, x_align: int = 16) -> LoadConfig:
+    """Launch shape of the bf16 kernel: vectors as wide as Dh, the cache's strides and the
+    alignment allow (a vector never spans two heads)."""
+    row_elements("load_paged_kv_cache", H * Dh, "bfloat16", ["bfloat16"], H * Dh, max_D=MAX_D, x_align=x_align)
+    if H < 1 or Dh < 1 or len(cache_strides) != 3 or min(cache_strides) < 1:
+        raise ValueError(f"load_paged_kv_cache: H, Dh and the 3 cache strides must be positive, got {H}, {Dh}, {cache_strides}")
+    vector_bytes = math.gcd(_MAX_VECTOR_BYTES, x_align, 2 * Dh, *(2 * s for s in cache_strides))
+    head_vectors = 2 * Dh // vector_bytes
+    row_vectors = H * head_vectors
     wanted = -(-row_vectors // _MAX_STEPS)
     tpr = next_pow2(wanted) if wanted <= _WARP else min(_MAX_THREADS, -(-wanted // _WARP) * _WARP)
     return LoadConfig(
@@ -131,6 +140,7 @@ def bf16_config(D: int, x_align: int = 16) -> LoadConfig:
         threads_per_row=tpr,
         rows_per_block=max(1, _BLOCK_THREADS // tpr),
         steps=-(-row_vectors // tpr),
+        head_vectors=head_vectors,
     )
 
 
@@ -141,19 +151,26 @@ def record_config(records: layout.RecordLayout) -> LoadConfig:
 
 
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
-    """{factory name: [positional args + (x_align,) for bf16]} covering every path: bf16 rows of
-    16-byte vectors split over 16 lanes with a partial last step (576), whole steps (512), two warps
-    per row (4096), several metadata rounds per thread (128: a 256-row tile), the most steps (16384
-    at 2-byte vectors: 1024 threads x 16), an odd width; both index dtypes for lengths and starts,
-    no starts, block sizes 1, 16, 64; both record layouts."""
+    """{factory name: [positional args + (x_align,) for bf16]} covering every path: plain bf16 rows
+    (H = 1, the interface's canonical strides) of 16-byte vectors split over 16 lanes with a
+    partial last step (576), whole steps (512), two warps per row (4096), several metadata rounds
+    per thread (128: a 256-row tile), the most steps (16384 at 2-byte vectors: 1024 threads x 16),
+    an odd width; per-head caches: NHD, HND (its transpose view), block-strided MLA rows (one half
+    of a K/V-interleaved allocation), 128 heads x 128, odd heads at 4-byte vectors; both index
+    dtypes for lengths and starts, no starts, block sizes 1, 5, 16, 64; both record layouts."""
     return {
         "load_paged_kv_bf16_tl": [
-            (576, 64, "int32", None, 16),
-            (512, 16, "int64", "int64", 16),
-            (4096, 64, "int32", "int32", 16),
-            (128, 1, "int64", "int32", 16),
-            (16384, 64, "int32", None, 2),
-            (7, 64, "int64", "int64", 2),
+            (1, 576, 64, (64 * 576, 576, 576), "int32", None, 16),
+            (1, 512, 16, (16 * 512, 512, 512), "int64", "int64", 16),
+            (1, 4096, 64, (64 * 4096, 4096, 4096), "int32", "int32", 16),
+            (1, 128, 1, (128, 128, 128), "int64", "int32", 16),
+            (1, MAX_D, 64, (64 * MAX_D, MAX_D, MAX_D), "int32", None, 2),
+            (1, 7, 64, (64 * 7, 7, 7), "int64", "int64", 2),
+            (8, 128, 16, (16 * 1024, 1024, 128), "int32", None, 16),
+            (8, 128, 64, (64 * 1024, 128, 64 * 128), "int64", "int32", 16),
+            (1, 576, 64, (2 * 64 * 576, 576, 576), "int32", "int64", 16),
+            (128, 128, 16, (16 * MAX_D, MAX_D, 128), "int32", None, 16),
+            (3, 6, 5, (2 * 5 * 18, 18, 6), "int64", None, 4),
         ],
         "load_paged_kv_fp4_tl": [(64, "int32", None), (16, "int64", "int64")],
         "load_paged_kv_fp8_tl": [(64, "int64", "int32")],
@@ -239,24 +256,31 @@ def _signature_dtypes(lens_dtype: str, starts_dtype):
 
 
 @tilelang.jit
-def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype, *, x_align: int = 16):
+def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple, lens_dtype: str, starts_dtype, *, x_align: int = 16):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache
-    of row width D (memoised per argument set)."""
+    of H heads of Dh values per slot, strides cache_strides (memoised per argument set)."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
-    cfg = bf16_config(D, x_align)
+    cfg = bf16_config(H, Dh, cache_strides, x_align)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)
-    tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
+    tpr, rows, steps, vec, hv = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems, cfg.head_vectors
     full, tail_lanes = divmod(cfg.row_vectors, tpr)
     prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
 
+    def head(j):
+        # One head: every vector is in head 0 (no division in the index).
+        return 0 if H == 1 else j // hv
+
+    def at(j):
+        return (j if H == 1 else j % hv) * vec
+
     @T.prim_func
     def load_paged_kv_bf16(
-        cache: T.Tensor((num_blocks, block_size, D), "bfloat16"),
+        cache: T.StridedTensor((num_blocks, block_size, H, Dh), (*cache_strides, 1), "bfloat16"),
         block_table: T.Tensor((b, max_blocks), "int32"),
         seq_lens: T.Tensor((b,), lens_t),
         seq_starts: T.Tensor((b,), starts_t),
-        out: T.Tensor((cap, D), "bfloat16"),
+        out: T.Tensor((cap, H * Dh), "bfloat16"),
         cu_seqlens: T.Tensor((b + 1,), "int32"),
     ):
         with T.Kernel(T.ceildiv(cap, cfg.tile_rows), threads=cfg.threads) as bx:
@@ -276,7 +300,7 @@ def load_paged_kv_bf16_tl(D: int, block_size: int, lens_dtype: str, starts_dtype
                     for s in T.unroll(steps):
                         if s < full or lane < tail_lanes:
                             for v in T.vectorized(vec):
-                                buf[s, v] = cache[blk, off, (lane + s * tpr) * vec + v]
+                                buf[s, v] = cache[blk, off, head(lane + s * tpr), at(lane + s * tpr) + v]
                     for s in T.unroll(steps):
                         if s < full or lane < tail_lanes:
                             for v in T.vectorized(vec):

@@ -63,6 +63,27 @@ def index_tensor(values, dtype, device="cpu") -> torch.Tensor:
     return torch.tensor(values, dtype=dtype).to(device)
 
 
+def strided_cache(shape, pad_blocks: int, device="cpu") -> torch.Tensor:
+    """A bf16 cache of `shape` whose blocks are dense but strided: block b is slice 0 of a
+    (num_blocks, 1 + pad_blocks, *block) allocation (as K of a K/V-interleaved pool), random
+    content everywhere, so a read of a gap row would show."""
+    whole = random_rows(shape[0] * (1 + pad_blocks), math.prod(shape[1:]), device)
+    return whole.reshape(shape[0], 1 + pad_blocks, *shape[1:])[:, 0]
+
+
+def heads_cache(kv_layout: str, num_blocks: int, block_size: int, heads: int, dh: int, pad_blocks: int = 0, device="cpu") -> torch.Tensor:
+    """A per-head bf16 cache: (num_blocks, block_size, H, Dh) for NHD, (num_blocks, H, block_size,
+    Dh) for HND."""
+    inner = (block_size, heads, dh) if kv_layout == "NHD" else (heads, block_size, dh)
+    return strided_cache((num_blocks, *inner), pad_blocks, device)
+
+
+def slots_first(cache: torch.Tensor, kv_layout: str) -> torch.Tensor:
+    """(num_blocks, block_size, H * Dh) rows of a per-head cache, a contiguous copy."""
+    nhd = cache.transpose(1, 2) if kv_layout == "HND" else cache
+    return nhd.reshape(nhd.shape[0], nhd.shape[1], -1).contiguous()
+
+
 # ----------------------------------------------------------------------------------------------------
 # The independent oracle: Python loops over the block table.
 
@@ -222,6 +243,68 @@ def test_round_trip_through_records(kind):
     assert_bitwise_equal(out, expected, what=f"{kind} round trip")
 
 
+HEAD_CASES = [
+    # (layout, num_blocks, block_size, H, Dh, pad_blocks)
+    ("NHD", 12, 16, 8, 128, 0),
+    ("HND", 12, 16, 8, 128, 0),
+    ("NHD", 9, 5, 3, 6, 1),
+    ("HND", 20, 4, 2, 64, 2),
+    ("NHD", 6, 1, 1, 576, 1),
+]
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", HEAD_CASES, ids=_case_id)
+def test_ref_per_head_and_strided_caches(case):
+    # A per-head (or block-strided) cache loads as the oracle's rows of H * Dh values.
+    kv_layout, nb, bs, h, dh, pad = case
+    cache = heads_cache(kv_layout, nb, bs, h, dh, pad)
+    lens, starts = request_set(bs, 3)
+    table = random_table(len(lens), 3, nb, invalid=0.1)
+    seq_lens, seq_starts = torch.tensor(lens), torch.tensor(starts, dtype=torch.int32)
+    rows, cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, layout=kv_layout)
+    expected, e_cu = oracle(slots_first(cache, kv_layout), table, seq_lens, seq_starts)
+    assert cu.tolist() == e_cu and rows.shape == (e_cu[-1], h, dh)
+    assert_bitwise_equal(rows.reshape(e_cu[-1], -1), expected, what=f"{case} rows")
+    # The interface on CPU tensors: the same rows into a poisoned out of the row shape.
+    out = poisoned((e_cu[-1] + 3, h, dh), torch.bfloat16, "cpu")
+    got, _ = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, out=out, layout=kv_layout)
+    assert got is out
+    assert_bitwise_equal(out[: e_cu[-1]], rows, what=f"{case} interface")
+    assert torch.isnan(out[e_cu[-1] :].float()).all()
+
+
+def store_then_load(cache, kv_layout: str, lens, starts, table, device="cpu"):
+    """(rows stored, rows loaded): random rows stored by store_kv_cache at the requests' slots of a
+    poisoned copy of `cache`'s strides, then loaded back with num_tokens = their count."""
+    from kernels.store_kv_cache import api as store_api
+
+    bs = cache.shape[1] if kv_layout == "NHD" or cache.dim() == 3 else cache.shape[2]
+    slots = [int(table[r, p // bs]) * bs + p % bs for r, (n, s) in enumerate(zip(lens, starts)) for p in range(s, s + n)]
+    row_shape = cache.shape[2:] if kv_layout == "NHD" or cache.dim() == 3 else (cache.shape[1], cache.shape[3])
+    rows = random_rows(len(slots), math.prod(row_shape), device).reshape(len(slots), *row_shape)
+    cache.copy_(poisoned(cache.shape, cache.dtype, device))
+    store_api.store_kv_cache(rows, cache, torch.tensor(slots, dtype=torch.int64, device=device), layout=kv_layout)
+    out = poisoned((len(slots), *row_shape), torch.bfloat16, device)
+    api.load_paged_kv_cache(cache, table, index_tensor(lens, torch.int32, device), index_tensor(starts, torch.int64, device), num_tokens=len(slots), out=out, layout=kv_layout)
+    return rows, out
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", HEAD_CASES, ids=_case_id)
+def test_round_trip_with_store(case):
+    # store_kv_cache then load_paged_kv_cache through the same per-head / strided cache: exact.
+    kv_layout, nb, bs, h, dh, pad = case
+    cache = heads_cache(kv_layout, nb, bs, h, dh, pad)
+    if h == 1 and kv_layout == "NHD":
+        cache = cache[:, :, 0]  # plain rows, block-strided
+    # Two blocks per request, all distinct (nb >= 6): no two positions share a slot.
+    lens, starts = [bs + 1, 0, 2 * bs - 1], [bs - 1, 0, 1]
+    table = random_table(3, 2, nb)
+    rows, out = store_then_load(cache, kv_layout, lens, starts, table)
+    assert_bitwise_equal(out, rows, what=f"{case} round trip")
+
+
 @pytest.mark.ref
 @pytest.mark.parametrize("kind", KINDS)
 def test_cpu_interface_capacity(kind):
@@ -270,6 +353,7 @@ def test_empty_batch_is_well_defined(monkeypatch, no_kernel_launches, b, lens):
 def _bad_inputs():
     cache = make_cache("bf16", 4, 8, 32)
     fp4 = make_cache("fp4", 4, 8)
+    heads = heads_cache("NHD", 4, 8, 2, 8)
     table = random_table(2, 3, 4)
     lens = torch.tensor([3, 4], dtype=torch.int32)
     starts = torch.tensor([0, 1], dtype=torch.int64)
@@ -289,7 +373,16 @@ def _bad_inputs():
         ("cache-fp32", dict(cache=cache.float()), TypeError, "cache has dtype torch.float32"),
         ("cache-uint8", dict(cache=fp4.view(torch.uint8)), TypeError, "cache has dtype torch.uint8"),
         ("cache-2d", dict(cache=cache[0]), ValueError, "cache must be 3-D"),
-        ("cache-strided", dict(cache=cache[:, :, ::2]), ValueError, "cache must be contiguous"),
+        ("cache-strided", dict(cache=cache[:, :, ::2]), ValueError, "cache must be contiguous within each block"),
+        ("cache-blocks-overlap", dict(cache=cache.as_strided(cache.shape, (64, 32, 1))), ValueError, "block stride 64 is smaller than a block of 256"),
+        ("record-cache-strided", dict(cache=torch.cat([fp4.view(torch.uint8)] * 2, 1)[:, :8].view(fp4.dtype), out=out(d=576)), ValueError, "cache must be contiguous"),
+        ("layout-unknown", dict(layout="NDH"), ValueError, "layout must be one of"),
+        ("layout-hnd-rows", dict(layout="HND"), ValueError, "layout 'HND' applies to per-head caches"),
+        ("heads-not-dense", dict(cache=heads[:, :, :, ::2], out=poisoned((7, 2, 4), torch.bfloat16, "cpu")), ValueError, "cache must be contiguous within each block"),
+        ("heads-too-wide", dict(cache=torch.zeros(1, 1, 3, 5462, dtype=torch.bfloat16)), ValueError, "rows of H * Dh = 16386 values"),
+        ("heads-out-2d", dict(cache=heads, out=out(d=16)), ValueError, "out must be 3-D"),
+        ("heads-out-shape", dict(cache=heads, layout="HND", out=poisoned((7, 2, 8), torch.bfloat16, "cpu")), ValueError, "out must be (rows, 8, 8)"),
+        ("heads-fp4", dict(cache=fp4.reshape(4, 8, 2, 200)), ValueError, "cache must be 3-D"),
         ("cache-no-blocks", dict(cache=cache[:0]), ValueError, "cache must have at least one block"),
         ("cache-too-wide", dict(cache=torch.zeros(1, 1, 16385, dtype=torch.bfloat16)), ValueError, "cache has row width 16385"),
         ("cache-record-width", dict(cache=fp4[:, :, :399].contiguous()), ValueError, "must hold 400-byte records"),
@@ -309,11 +402,11 @@ def _bad_inputs():
         ("num-tokens-negative", dict(num_tokens=-1), ValueError, "num_tokens must be >= 0"),
         ("out-too-small", dict(num_tokens=8), ValueError, "out has 7 rows, fewer than num_tokens 8"),
         ("out-fp32", dict(out=out(dtype=torch.float32)), TypeError, "out has dtype torch.float32"),
-        ("out-d-mismatch", dict(out=out(d=33)), ValueError, "out must have 32 columns"),
+        ("out-d-mismatch", dict(out=out(d=33)), ValueError, "out must be (rows, 32)"),
         ("out-1d", dict(out=poisoned((32,), torch.bfloat16, "cpu")), ValueError, "out must be 2-D"),
         ("out-strided", dict(out=out(d=64)[:, ::2]), ValueError, "out must be contiguous"),
         ("cache-misaligned", dict(cache=misaligned, out=out(d=576)), ValueError, "a fp4 cache and out must be 16-byte aligned"),
-        ("out-fp4-d", dict(cache=fp4, out=out(d=32)), ValueError, "out must have 576 columns"),
+        ("out-fp4-d", dict(cache=fp4, out=out(d=32)), ValueError, "out must be (rows, 576)"),
         ("cu-short", dict(cu_seqlens=cu(2)), ValueError, "cu_seqlens must be (3,)"),
         ("cu-int64", dict(cu_seqlens=cu(3, torch.int64)), ValueError, "cu_seqlens must be (3,)"),
         ("cu-is-lens", dict(seq_lens=shared[:2], cu_seqlens=shared[1:4]), ValueError, "cu_seqlens overlaps seq_lens"),
@@ -362,13 +455,16 @@ def test_cuda_shipped_configs_cover_the_paths():
     from kernels.load_paged_kv_cache import cuda
 
     configs = cuda.load_paged_kv_shipped_configs()
-    bf16 = [cuda.bf16_config(d, a) for d, _, _, _, a in configs["load_paged_kv_bf16_tl"]]
+    bf16 = [cuda.bf16_config(h, dh, strides, a) for h, dh, _, strides, _, _, a in configs["load_paged_kv_bf16_tl"]]
     assert any(c.row_vectors % c.threads_per_row for c in bf16) and any(c.row_vectors % c.threads_per_row == 0 for c in bf16)
     assert any(c.threads_per_row > 32 for c in bf16) and any(c.tile_rows > c.threads for c in bf16)
     # The worst register case: the widest row at the narrowest vectors.
-    assert max(c.steps for c in bf16) == cuda.bf16_config(cuda.MAX_D, 2).steps
-    every = [c for cs in configs.values() for c in cs]
-    assert {None, "int32", "int64"} <= {c[-2] if len(c) == 5 else c[-1] for c in every}
+    assert max(c.steps for c in bf16) == cuda.bf16_config(1, cuda.MAX_D, (cuda.MAX_D,) * 3, 2).steps
+    # Several heads per row, strides narrowing the vectors, HND (slot stride below the head stride).
+    heads = [c for c in configs["load_paged_kv_bf16_tl"] if c[0] > 1]
+    assert any(c[3][1] < c[3][2] for c in heads) and any(cuda.bf16_config(*c[:2], c[3], c[-1]).vector_elems < 8 for c in heads)
+    every = [(name == "load_paged_kv_bf16_tl", c) for name, cs in configs.items() for c in cs]
+    assert {None, "int32", "int64"} <= {c[-2] if factory_is_bf16 else c[-1] for factory_is_bf16, c in every}
 
 
 @pytest.mark.codegen_cuda
@@ -495,6 +591,47 @@ def test_device_round_trip(device, kind):
     api.load_paged_kv_cache(cache, table, index_tensor(lens, torch.int32, device), index_tensor(starts, torch.int64, device), out=out)
     expected = rows if records is None else layout.decode_records(encoded, records)
     assert_bitwise_equal(out, expected, what=f"{kind} round trip")
+
+
+DEVICE_HEAD_CASES = [
+    # (layout, num_blocks, block_size, H, Dh, pad_blocks)
+    ("NHD", 200, 16, 8, 128, 0),
+    ("HND", 200, 16, 8, 128, 0),
+    ("HND", 100, 64, 1, 128, 1),
+    ("NHD", 100, 64, 1, 576, 1),  # block-strided MLA rows (the plain-row path, H = 1)
+    ("NHD", 60, 5, 3, 6, 2),
+    ("HND", 40, 16, 128, 128, 0),
+]
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("case", DEVICE_HEAD_CASES, ids=_case_id)
+@pytest.mark.parametrize("misaligned", [False, True], ids=["aligned", "misaligned"])
+def test_device_strided_and_per_head(device, case, misaligned):
+    # Per-head and block-strided caches against the reference (a base 2 bytes off 16 narrows the
+    # vectors), then a store/load round trip through the same cache.
+    kv_layout, nb, bs, h, dh, pad = case
+    cache = heads_cache(kv_layout, nb, bs, h, dh, pad, device)
+    if misaligned:
+        flat = torch.empty(cache.untyped_storage().nbytes() // 2 + 1, dtype=torch.bfloat16, device=device)
+        cache = flat[1:].as_strided(cache.shape, cache.stride()).copy_(cache)
+    if h == 1 and kv_layout == "NHD":
+        cache = cache[:, :, 0]
+    lens, starts = request_set(bs, 4)
+    lens += torch.randint(0, bs * 4, (20,)).tolist()
+    starts += torch.randint(0, bs * 4, (20,)).tolist()
+    table = random_table(len(lens), 4, nb, invalid=0.05, device=device)
+    seq_lens, seq_starts = index_tensor(lens, torch.int64, device), index_tensor(starts, torch.int32, device)
+    total = sum(max(n, 0) for n in lens)
+    row_shape = cache.shape[2:] if cache.dim() == 3 or kv_layout == "NHD" else (cache.shape[1], cache.shape[3])
+    out = poisoned((total + 9, *row_shape), torch.bfloat16, device)
+    api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=total + 9, out=out, layout=kv_layout)
+    expected, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, total, layout=kv_layout)
+    assert_bitwise_equal(out[:total], expected, what=f"{case} rows")
+    assert torch.isnan(out[total:].float()).all(), f"{case}: rows past the total were written"
+    lens, starts = [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs]
+    rows, loaded = store_then_load(cache, kv_layout, lens, starts, random_table(4, 3, nb, device=device), device)
+    assert_bitwise_equal(loaded, rows, what=f"{case} round trip")
 
 
 @pytest.mark.device

@@ -1,11 +1,14 @@
 """PyTorch reference for `load_paged_kv_cache`: gather each request's tokens out of a paged KV cache
 into contiguous bf16 rows, dequantising FP4/FP8 record caches. The contract.
 
-    rows, cu_seqlens = load_paged_kv_cache_ref(cache, block_table, seq_lens, seq_starts, num_tokens)
+    rows, cu_seqlens = load_paged_kv_cache_ref(cache, block_table, seq_lens, seq_starts, num_tokens, layout="NHD")
 
 cache        (num_blocks, block_size, W): bfloat16 rows (W = D, any D >= 1), or quantised records
              of kernels/store_kv_cache/layout.py (torch.float4_e2m1fn_x2 with W = 400, or
              torch.float8_e4m3fn with W = 656), which dequantise to D = 576.
+             Per head, bfloat16: (num_blocks, block_size, H, Dh) for layout "NHD" or
+             (num_blocks, H, block_size, Dh) for "HND"; a row is then a token's H x Dh values.
+             Any strides (store_kv_cache writes all of these).
 block_table  (B, max_blocks) int32: physical block ids of each request's logical blocks.
 seq_lens     (B,) int32 | int64: tokens to load per request; a negative length counts as 0.
 seq_starts   (B,) int32 | int64, or None (all 0): the first position of each request to load.
@@ -20,7 +23,8 @@ Position p of request b lives in slot (block_table[b, p // block_size], p % bloc
 a position is all zeros when that slot does not exist: p < 0, p // block_size >= max_blocks, or a
 block id < 0 or >= num_blocks. Nothing outside cache or block_table is read for such a row.
 
-Rows are bit copies of bf16 cache rows, or layout.decode_records of the records (each latent value
+Rows are (num_tokens, D), or (num_tokens, H, Dh) for a per-head cache, in the same order. They are
+bit copies of bf16 cache rows, or layout.decode_records of the records (each latent value
 times its group's scale in fp32, rounded once to bf16; rope copied). A NaN that dequantisation
 produces (a zero code times an Inf scale, an e4m3 NaN code) may carry any payload and sign on a
 backend (CUDA's conversion gives one canonical NaN): tests compare such NaNs as NaN. Rows past the total (when
@@ -32,12 +36,14 @@ from __future__ import annotations
 
 import torch
 
-from kernels.store_kv_cache import layout
+from kernels.store_kv_cache import layout as kv_layout
 
-__all__ = ["INDEX_DTYPES", "check_factory_args", "cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
+__all__ = ["INDEX_DTYPES", "LAYOUTS", "check_factory_args", "cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
 
 # Element type names of seq_lens / seq_starts the backends' factories take.
 INDEX_DTYPES = ("int32", "int64")
+# Orders of a per-head cache: token slots then heads ("NHD"), or heads then token slots ("HND").
+LAYOUTS = ("NHD", "HND")
 
 
 def check_factory_args(block_size: int, lens_dtype: str, starts_dtype) -> None:
@@ -89,18 +95,26 @@ def load_paged_kv_cache_ref(
     seq_lens: torch.Tensor,
     seq_starts: torch.Tensor | None = None,
     num_tokens: int | None = None,
+    layout: str = "NHD",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows (num_tokens, D) bfloat16, cu_seqlens (B + 1,) int32); see the module docstring."""
+    """(rows (num_tokens, D) or (num_tokens, H, Dh) bfloat16, cu_seqlens (B + 1,) int32); see the
+    module docstring."""
+    if cache.dim() == 4:
+        # A per-head cache is rows of H * Dh values once its slots come first.
+        slots_first = cache.transpose(1, 2) if layout == "HND" else cache
+        num_blocks, block_size, heads, dh = slots_first.shape
+        rows, cu = load_paged_kv_cache_ref(slots_first.reshape(num_blocks, block_size, heads * dh), block_table, seq_lens, seq_starts, num_tokens)
+        return rows.reshape(rows.shape[0], heads, dh), cu
     cu = cu_seqlens_ref(seq_lens)
     if num_tokens is None:
         num_tokens = int(cu[-1])
     num_blocks, block_size, width = cache.shape
     slot, valid = source_slots(block_table, seq_lens, seq_starts, num_tokens, block_size, num_blocks)
-    records = layout.record_layout(cache.dtype)
+    records = kv_layout.record_layout(cache.dtype)
     if records is None:
         flat = cache.reshape(num_blocks * block_size, width)
     else:
         flat = cache.view(torch.uint8).reshape(num_blocks * block_size, width)
     picked = flat.index_select(0, slot) if flat.shape[0] else flat.new_zeros((num_tokens, width))
-    rows = picked if records is None else layout.decode_records(picked, records)
+    rows = picked if records is None else kv_layout.decode_records(picked, records)
     return torch.where(valid[:, None], rows, torch.zeros((), dtype=rows.dtype, device=rows.device)), cu

@@ -43,6 +43,8 @@ from kernels.interface import (
     INDEX_DTYPES,
     backend_ops,
     base_alignment,
+    canonical_strides,
+    check_block_dense,
     check_choice,
     check_device,
     check_no_overlap,
@@ -63,17 +65,6 @@ DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 CACHE_DTYPES = (torch.bfloat16, torch.float16, *records.RECORDS)
 MAX_ROW = ref.MAX_ROW
 LAYOUTS = ref.LAYOUTS
-
-def _check_block_dense(arg: str, cache: torch.Tensor) -> None:
-    """Every block (cache[b]) one contiguous run; blocks do not overlap each other."""
-    inner = cache.shape[1:]
-    want = 1
-    for size, stride in reversed(list(zip(inner, cache.stride()[1:]))):
-        if size > 1 and stride != want:
-            raise ValueError(f"{NAME}: {arg} must be contiguous within each block, got strides {cache.stride()}")
-        want *= size
-    if cache.shape[0] > 1 and cache.stride(0) < want:
-        raise ValueError(f"{NAME}: {arg}'s block stride {cache.stride(0)} is smaller than a block of {want} elements")
 
 def _blocks_disjoint(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two caches of equal shape and strides (dense blocks) share no byte: true when their
@@ -138,15 +129,6 @@ def _check_heads(kv, cache, v, v_cache, layout: str) -> None:
         if v_cache.stride() != cache.stride():
             raise ValueError(f"{NAME}: v_cache must have cache's strides {cache.stride()}, got {v_cache.stride()}")
 
-def _canonical(t: torch.Tensor) -> torch.Tensor:
-    """t with the stride of every size-1 dimension set as if the dimension were dense, so equal
-    shapes give equal static kernel arguments (a stride of a size-1 dimension is never used)."""
-    strides = list(t.stride())
-    for i in reversed(range(t.dim())):
-        if t.shape[i] == 1:
-            strides[i] = strides[i + 1] * t.shape[i + 1] if i + 1 < t.dim() else 1
-    return t if strides == list(t.stride()) else t.as_strided(t.shape, strides)
-
 def store_kv_cache(
     kv: torch.Tensor,
     cache: torch.Tensor,
@@ -168,9 +150,9 @@ def store_kv_cache(
         raise ValueError(f"{NAME}: kv must be (T, D) latent rows or (T, H, Dh) per-head rows, got shape {tuple(kv.shape)}")
     if cache.dim() and cache.stride(-1) != 1 and cache.shape[-1] > 1:
         raise ValueError(f"{NAME}: cache's last dimension must be contiguous (stride 1), got strides {cache.stride()}")
-    _check_block_dense("cache", cache)
+    check_block_dense(NAME, "cache", cache)
     if v_cache is not None:
-        _check_block_dense("v_cache", v_cache)
+        check_block_dense(NAME, "v_cache", v_cache)
     check_tensor(NAME, "slot_mapping", slot_mapping, dtypes=INDEX_DTYPES, shape=(kv.shape[0],), like=kv, contiguous=True)
     if out_of_range is not None:
         check_tensor(NAME, "out_of_range", out_of_range, dtypes=[torch.int32], shape=(1,), like=kv, contiguous=True)
@@ -194,7 +176,7 @@ def _launch(tl, kv, cache, slot_mapping, v, v_cache, layout, out_of_range) -> No
     rec = records.record_layout(cache.dtype)
     if rec is not None:
         kv_rows, kv_stride = dense_rows(kv)
-        cache_bytes = _canonical(cache.view(torch.uint8))
+        cache_bytes = canonical_strides(cache.view(torch.uint8))
         factory = getattr(tl.ops, f"store_kv_{rec.name}{checked}_tl")
         kernel = factory(index_dtype, cache.shape[1], kv_stride, cache_bytes.stride(0), x_align=base_alignment(kv_rows, cache_bytes))
         kernel(kv_rows, slot_mapping, cache_bytes, *extra)
@@ -204,14 +186,14 @@ def _launch(tl, kv, cache, slot_mapping, v, v_cache, layout, out_of_range) -> No
     else:
         # An HND cache is its NHD transpose to the kernel: only the strides differ.
         k, k_cache = kv, (cache.transpose(1, 2) if layout == "HND" else cache)
-    k, k_cache = _canonical(k), _canonical(k_cache)
+    k, k_cache = canonical_strides(k), canonical_strides(k_cache)
     _, h, dh = k.shape
     static = (h, dh, DTYPES[kv.dtype], index_dtype, k_cache.shape[1], tuple(k.stride()[:2]), tuple(k_cache.stride()[:3]))
     if v is None:
         kernel = getattr(tl.ops, f"store_kv{checked}_tl")(*static, x_align=base_alignment(k, k_cache))
         kernel(k, slot_mapping, k_cache, *extra)
         return
-    v_view = _canonical(v)
-    vc = _canonical(v_cache.transpose(1, 2) if layout == "HND" else v_cache)
+    v_view = canonical_strides(v)
+    vc = canonical_strides(v_cache.transpose(1, 2) if layout == "HND" else v_cache)
     kernel = getattr(tl.ops, f"store_kv_pair{checked}_tl")(*static, x_align=base_alignment(k, k_cache, v_view, vc))
     kernel(k, v_view, slot_mapping, k_cache, vc, *extra)
