@@ -1,0 +1,76 @@
+"""Same-run A/B of the fused add_rmsnorm kernel's register cap (kernels/norm/PERF.md, 2026-12-04
+fifteenth session), kept as the record of what ran; no target runs it. Run from a source tree's
+root on a CUDA device.
+
+ncu put the shipped kernel at 37 registers for bf16 D 4096 (512 threads, one vector of each operand
+a thread): three blocks an SM, 48 warps, where Inductor's in-place kernel runs 64. Each variant is
+kernels/norm/cuda.py loaded as its own module with `_RESIDENT_THREADS` (the threads an SM the
+`__launch_bounds__` cap is sized for) set to one value of RESIDENT. For bf16 rows of D in DIMS at T
+in ROWS it times add_rmsnorm_tl of each variant against torch.compile of the fused reference in
+place (the bench's peer). testing.timer (CUDA-graph replay, input sets rotated past 2 x L2, outputs
+allocated per call as the bench does), median of three alternating rounds. Checked in the same run:
+every variant's residual and y equal the first variant's bit for bit (only the register cap
+differs), and the residual equals the peer's."""
+import importlib.util
+import os
+import sys
+
+import torch
+
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
+from kernels.norm import ref  # noqa: E402
+from testing import timer  # noqa: E402
+
+EPS, DT = 1e-6, "bfloat16"
+DIMS = [int(d) for d in os.environ.get("DIMS", "4096,7168").split(",")]
+ROWS = [int(t) for t in os.environ.get("ROWS", "1,64,1024,16384").split(",")]
+RESIDENT = [int(r) for r in os.environ.get("RESIDENT", "1024,1536,2048").split(",")]
+dev, tb = torch.device("cuda"), torch.bfloat16
+print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
+
+
+def norm_module(resident: int):
+    """kernels/norm/cuda.py as a separate module (its own jit cache) with the given resident threads."""
+    name = f"norm_cuda_resident_{resident}"
+    spec = importlib.util.spec_from_file_location(name, os.path.join("kernels", "norm", "cuda.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    module._RESIDENT_THREADS = resident
+    return module
+
+
+def add_in_place(x, r, w):
+    r.add_(x)
+    return ref.rms_norm_ref(r, w, EPS)
+
+
+modules = {r: norm_module(r) for r in RESIDENT}
+c_add = torch.compile(add_in_place, dynamic=False)
+l2 = timer.l2_cache_bytes(dev)
+for D in DIMS:
+    variants = {}
+    for res, m in modules.items():
+        cfg = m.add_norm_config(D, DT, D)
+        variants[f"resident {res} ({cfg.threads} thr, {cfg.min_blocks_per_sm} blk)"] = m.add_rmsnorm_tl(D, DT, EPS, D, x_align=16)
+    for t in ROWS:
+        n = timer.sets_for_rotation(4 * t * D * 2 + D * 2, l2)
+        sets = [(torch.randn(t, D, device=dev, dtype=tb), torch.randn(t, D, device=dev, dtype=tb),
+                 (1 + 0.1 * torch.randn(D, device=dev)).to(tb)) for _ in range(n)]
+        x, r, w = sets[0]
+        outs = []
+        for k in variants.values():
+            r_k, y_k = r.clone(), torch.full((t, D), float("nan"), device=dev, dtype=tb)
+            k(x, r_k, w, y_k)
+            outs.append((r_k, y_k))
+        r_p = r.clone()
+        c_add(x, r_p, w)
+        equal = all(torch.equal(a, outs[0][0]) and torch.equal(b, outs[0][1]) for a, b in outs)
+        fns = {name: [lambda s=s, k=k: k(s[0], s[1], s[2], torch.empty_like(s[0])) for s in sets] for name, k in variants.items()}
+        fns["compile in place"] = [lambda s=s: c_add(s[0], s[1], s[2]) for s in sets]
+        times = {k: [] for k in fns}
+        for _ in range(3):
+            for k, f in fns.items():
+                times[k].append(timer.measure(f, budget_s=0.3).median_us)
+        print(f"D={D} T={t} sets={n} variants_equal={equal} residual_equals_peer={torch.equal(r_p, outs[0][0])} "
+              + "  ".join(f"{k} {sorted(v)[1]:.2f}" for k, v in times.items()), flush=True)
