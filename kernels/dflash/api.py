@@ -29,8 +29,10 @@ Returns DflashOutput(confidence (N,) float32, proposal_len (B,) int32, expected_
 tokens (N,) of draft_tokens' dtype); the exact rules (out-of-range prev_tokens and NaN logits give
 confidence 0 and stop the proposal) are in kernels/dflash/ref.py.
 
-CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
-CUDA-graph capturable; N, B and V are dynamic). CPU tensors are served by the PyTorch reference.
+CUDA tensors run two TileLang kernels per call, the confidence of every row, then each request's
+proposal from them (kernels/dflash/cuda.py); a backend without them (Ascend) runs its one-launch
+dflash_tl. No host sync, every size fixed by the arguments: CUDA-graph capturable; N, B and V are
+dynamic. CPU tensors are served by the PyTorch reference.
 Invalid arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
 or N == 0 builds and launches no TileLang kernel: the PyTorch reference runs on the tensors' device
 (ordinary torch ops, no host sync: for B == 0 every row is padding, so the embedding-row gather, the
@@ -143,16 +145,16 @@ def confidence_head(
         return outs
     tl = backend_ops(name, cu_draft_lens)
     hidden_k, h_stride = dense_rows(hidden)
-    kernel = tl.ops.dflash_tl(
-        width_h,
-        width_e,
-        h_stride,
-        INDEX_DTYPES[prev_tokens.dtype],
-        INDEX_DTYPES[draft_tokens.dtype],
-        INDEX_DTYPES[cu_draft_lens.dtype],
-        h_align=base_alignment(hidden_k),
-        e_align=base_alignment(embedding),
-    )
+    prev_dtype, draft_dtype, cu_dtype = (INDEX_DTYPES[t.dtype] for t in (prev_tokens, draft_tokens, cu_draft_lens))
+    aligns = dict(h_align=base_alignment(hidden_k), e_align=base_alignment(embedding))
     thr = scalar_tensor(threshold, thr32, cu_draft_lens)
-    kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, thr, draft_tokens, cu_draft_lens, *outs)
+    try:
+        confidence_factory, derive_factory = tl.ops.dflash_confidence_tl, tl.ops.dflash_derive_tl
+    except LookupError:  # a backend without the two-launch kernels (Ascend) runs the one-launch one
+        kernel = tl.ops.dflash_tl(width_h, width_e, h_stride, prev_dtype, draft_dtype, cu_dtype, **aligns)
+        kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, thr, draft_tokens, cu_draft_lens, *outs)
+        return outs
+    confidence_kernel = confidence_factory(width_h, width_e, h_stride, prev_dtype, **aligns, w_align=base_alignment(w_h, w_e))
+    confidence_kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, outs.confidence)
+    derive_factory(draft_dtype, cu_dtype)(outs.confidence, thr, draft_tokens, cu_draft_lens, *outs[1:])
     return outs

@@ -6,11 +6,12 @@ Unified Buffer footprint fits); no NPU has run it.
     k(hidden, prev_tokens, embedding, w_h, w_e, bias, threshold, draft_tokens, cu_draft_lens,
       confidence, proposal_len, expected_len, tokens)
 
-Arguments, dtypes, layouts and semantics are those of the CUDA factory (kernels/dflash/cuda.py) and
-of `kernels.dflash.ref` (the contract): confidences to within fp32 rounding (a fixed reduction
-order: deterministic), the derived outputs exactly from them (one float32 multiply, then one add,
-per kept position, in order). `h_align` and `e_align` are accepted for signature parity and ignored:
-the global-memory side of an Ascend DMA is byte-granular.
+Arguments, dtypes and layouts are those of the CUDA kernels (kernels/dflash/cuda.py), which split
+this launch in two (the confidences pass from the first to the second through `confidence`);
+semantics are those of `kernels.dflash.ref` (the contract): confidences to within fp32 rounding (a
+fixed reduction order: deterministic), the derived outputs exactly from them (one float32 multiply,
+then one add, per kept position, in order). `h_align` and `e_align` are accepted for signature
+parity and ignored: the global-memory side of an Ascend DMA is byte-granular.
 
 Where the work runs: one persistent block per vector core over B + 1 jobs. Job b < B is request b:
 per position in order, MTE2 brings the hidden row, the prev_token and (when it is in range) the

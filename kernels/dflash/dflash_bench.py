@@ -4,8 +4,8 @@ Run with ``python -m testing.benchmark --kernels dflash`` (or ``bazel run //kern
 
 Cases: B = 1, 8, 64, 256 requests, each with a draft of 4 or 8 positions, H = He = 7168 (DeepSeek-V3),
 V = 129280, threshold 0.5 as a (1,) device tensor (the form a decode loop passes: no fill launch per
-call). Small batches are launch- and latency-bound (positions of a request run
-in order inside one block); B = 256 x 8 reads about 58 MiB.
+call). Small batches are launch- and latency-bound (two launches on CUDA: every row's confidence,
+then each request's proposal); B = 256 x 8 reads about 58 MiB.
 
 Peers, timed in the same run with the same timer:
   torch_eager    kernels.dflash.ref.confidence_head_fused_ref (max_len = the draft length: no sync)
@@ -51,6 +51,24 @@ def _embedding(device: torch.device) -> torch.Tensor:
     return _TABLES[key]
 
 
+def decode_inputs(batch: int, draft_len: int, gen: torch.Generator, device: torch.device) -> dict[str, torch.Tensor]:
+    """A decode step's confidence_head arguments (the threshold aside), drawn from gen: `batch`
+    requests of `draft_len` positions, random hidden rows and tokens, weights scaled to O(1) logits,
+    zero bias, the shared embedding table. The bench's inputs, and the device probes'
+    (testing/device_runs)."""
+    n = batch * draft_len
+    return dict(
+        hidden=torch.randn(n, H, generator=gen, device=device).to(torch.bfloat16),
+        prev_tokens=torch.randint(0, VOCAB, (n,), generator=gen, device=device),
+        embedding=_embedding(device),
+        w_h=torch.randn(H, generator=gen, device=device) * H**-0.5,
+        w_e=torch.randn(HE, generator=gen, device=device) * HE**-0.5,
+        bias=torch.zeros(1, device=device),
+        draft_tokens=torch.randint(0, VOCAB, (n,), generator=gen, device=device),
+        cu_draft_lens=torch.arange(batch + 1, dtype=torch.int32, device=device) * draft_len,
+    )
+
+
 def _case(batch: int, draft_len: int) -> BenchCase:
     n = batch * draft_len
     case_id = f"decode_b{batch}_l{draft_len}"
@@ -59,17 +77,7 @@ def _case(batch: int, draft_len: int) -> BenchCase:
     def make(device: torch.device, k: int) -> Workload:
         from kernels.dflash import api, ref
 
-        gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        args = dict(
-            hidden=torch.randn(n, H, generator=gen, device=device).to(torch.bfloat16),
-            prev_tokens=torch.randint(0, VOCAB, (n,), generator=gen, device=device),
-            embedding=_embedding(device),
-            w_h=torch.randn(H, generator=gen, device=device) * H**-0.5,
-            w_e=torch.randn(HE, generator=gen, device=device) * HE**-0.5,
-            bias=torch.zeros(1, device=device),
-            draft_tokens=torch.randint(0, VOCAB, (n,), generator=gen, device=device),
-            cu_draft_lens=torch.arange(batch + 1, dtype=torch.int32, device=device) * draft_len,
-        )
+        args = decode_inputs(batch, draft_len, torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}")), device)
         if not compiled:
             compiled.append(torch.compile(ref.confidence_head_fused_ref, dynamic=False))
         compiled_ref = compiled[0]

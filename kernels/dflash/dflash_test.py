@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import types
 
 import pytest
 import torch
@@ -362,6 +363,72 @@ def test_bad_input_raises_and_writes_nothing(case):
     assert_rejected_without_writes(api.confidence_head, kwargs, error, message, kwargs["out"])
 
 
+class _RecordingOps:
+    """Stands in for tilelang_ops.ops: records each factory the interface builds (static arguments)
+    and each launch of its kernel, in order; names in `missing` raise LookupError, as the dispatcher
+    does for factories the backend lacks."""
+
+    def __init__(self, missing=()):
+        self.calls = []
+        self.missing = set(missing)
+
+    def __getattr__(self, factory):
+        if factory in self.missing:
+            raise LookupError(factory)
+
+        def build(*static, **options):
+            def kernel(*args):
+                self.calls.append((factory, static, options, args))
+
+            return kernel
+
+        return build
+
+
+def _dispatch(monkeypatch, ops):
+    """(args, threshold, outs) of one interface call on CPU tensors treated as device ones, served
+    by `ops`: strided hidden rows, w_e one element into its storage (4-byte aligned)."""
+    monkeypatch.setattr(api, "is_host", lambda t: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, t: types.SimpleNamespace(ops=ops))
+    args = make_batch([3, 0, 5], 576, 320, prev_dtype=torch.int32, draft_dtype=torch.int64, cu_dtype=torch.int64, extra_cols=64)
+    args["w_e"] = torch.randn(321)[1:]
+    threshold = torch.tensor([0.5])
+    outs = poisoned_outputs(args, "cpu")
+    api.confidence_head(**args, threshold=threshold, out=outs)
+    return args, threshold, outs
+
+
+def _same(got, want) -> bool:
+    return len(got) == len(want) and all(g is w for g, w in zip(got, want))
+
+
+@pytest.mark.ref
+def test_dispatch_two_launches(monkeypatch):
+    """A backend with both factories: the confidences of every row, then the derivation reading
+    them, with the weights' alignment (w_e's 4 bytes) narrowing the weight loads."""
+    ops = _RecordingOps()
+    args, threshold, outs = _dispatch(monkeypatch, ops)
+    (first, conf_static, conf_options, conf_args), (second, derive_static, derive_options, derive_args) = ops.calls
+    assert first == "dflash_confidence_tl" and second == "dflash_derive_tl"
+    assert conf_static == (576, 320, 640, "int32") and conf_options == dict(h_align=16, e_align=16, w_align=4)
+    assert derive_static == ("int64", "int64") and derive_options == {}
+    reads = [args[k] for k in ("hidden", "prev_tokens", "embedding", "w_h", "w_e", "bias")]
+    assert _same(conf_args, (*reads, outs.confidence))
+    assert _same(derive_args, (outs.confidence, threshold, args["draft_tokens"], args["cu_draft_lens"], *outs[1:]))
+
+
+@pytest.mark.ref
+def test_dispatch_falls_back_to_one_launch(monkeypatch):
+    """A backend without the two-launch factories (Ascend) runs its one-launch dflash_tl."""
+    ops = _RecordingOps(missing=("dflash_confidence_tl", "dflash_derive_tl"))
+    args, threshold, outs = _dispatch(monkeypatch, ops)
+    ((name, static, options, launched),) = ops.calls
+    assert name == "dflash_tl" and static == (576, 320, 640, "int32", "int64", "int64")
+    assert options == dict(h_align=16, e_align=16)
+    reads = [args[k] for k in ("hidden", "prev_tokens", "embedding", "w_h", "w_e", "bias")]
+    assert _same(launched, (*reads, threshold, args["draft_tokens"], args["cu_draft_lens"], *outs))
+
+
 # ----------------------------------------------------------------------------------------------------
 # Codegen (CPU): every shipped configuration lowers, compiles and fits on chip.
 
@@ -376,21 +443,73 @@ def _static(config):
     return tuple(args), {"h_align": h_align, "e_align": e_align}
 
 
+def _kernel_names(source: str) -> set[str]:
+    return set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", source))
+
+
+def _cuda_confidence_configs():
+    from kernels.dflash import cuda
+
+    return cuda.confidence_shipped_configs()
+
+
+def _cuda_derive_configs():
+    from kernels.dflash import cuda
+
+    return cuda.derive_shipped_configs()
+
+
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-@pytest.mark.parametrize("config", ref.dflash_shipped_configs(), ids=_config_id)
-def test_cuda_config_compiles_without_spills(arch, config):
+@pytest.mark.parametrize("config", _cuda_confidence_configs(), ids=_config_id)
+def test_cuda_confidence_compiles_without_spills(arch, config):
     from kernels.dflash import cuda
     from testing import codegen_cuda
 
-    args, kwargs = _static(config)
-    source = codegen_cuda.cuda_source(cuda.dflash_tl, *args, arch=arch, **kwargs)
+    *args, h_align, e_align, w_align = config
+    kwargs = dict(h_align=h_align, e_align=e_align, w_align=w_align)
+    source = codegen_cuda.cuda_source(cuda.dflash_confidence_tl, *args, arch=arch, **kwargs)
+    # One launch, no atomics.
+    kernels = _kernel_names(source)
+    assert "atomic" not in source.lower() and len(kernels) == 1, kernels
+    report = codegen_cuda.check_cuda_resources(cuda.dflash_confidence_tl, *args, arch=arch, **kwargs)
+    assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("config", _cuda_derive_configs(), ids=_config_id)
+def test_cuda_derive_compiles_without_spills(arch, config):
+    from kernels.dflash import cuda
+    from testing import codegen_cuda
+
+    source = codegen_cuda.cuda_source(cuda.dflash_derive_tl, *config, arch=arch)
     # One launch, no atomics; the in-order product and sum cannot be fused into an FMA.
-    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", source))
+    kernels = _kernel_names(source)
     assert "atomic" not in source.lower() and len(kernels) == 1, kernels
     assert "__fmul_rn" in source and "__fadd_rn" in source
-    report = codegen_cuda.check_cuda_resources(cuda.dflash_tl, *args, arch=arch, **kwargs)
+    report = codegen_cuda.check_cuda_resources(cuda.dflash_derive_tl, *config, arch=arch)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+def test_cuda_shipped_configs_cover_every_path():
+    from kernels.dflash import cuda
+
+    configs = cuda.confidence_shipped_configs()
+    assert {c[3] for c in configs} == set(ref.BACKEND_INDEX_DTYPES)
+    assert {tuple(c) for c in cuda.derive_shipped_configs()} == {(d, c) for d in ref.BACKEND_INDEX_DTYPES for c in ref.BACKEND_INDEX_DTYPES}
+    # Vector widths of hidden, embedding and weights: 16-byte, narrower and scalar loads of each.
+    h_vecs = {ref.vector_elems(c[0], c[2], c[4]) for c in configs}
+    e_vecs = {ref.vector_elems(c[1], c[1], c[5]) for c in configs}
+    w_vecs = {cuda.weight_elems(ref.vector_elems(c[0], c[2], c[4]), c[6]) for c in configs}
+    assert {1, 8} <= h_vecs and len(h_vecs) > 2 and {1, 8} <= e_vecs and len(e_vecs) > 2 and w_vecs == {1, 2, 4}
+    assert {c[6] for c in configs} == {4, 8, 16}
+    assert any(c[2] > c[0] for c in configs)
+    # The widest rows (the most loads a thread holds), and rows with and without a partial last step.
+    assert any(c[0] == c[1] == ref.MAX_WIDTH for c in configs)
+    tails = {(c[0] // ref.vector_elems(c[0], c[2], c[4])) % 256 == 0 for c in configs}
+    assert tails == {True, False}
 
 
 @pytest.mark.codegen_cuda
@@ -416,6 +535,10 @@ def test_bad_static_arguments_rejected_before_build():
             ref.check_config("dflash", args["H"], args["He"], args["h_stride"], args["h_align"], args["e_align"], cu_dtype="int32")
     with pytest.raises(ValueError, match="cu_dtype 'int16'"):
         ref.check_config("dflash", 8, 8, 8, 16, 16, cu_dtype="int16")
+    with pytest.raises(ValueError, match=re.escape("w_align must be one of")):
+        ref.check_config("dflash", 8, 8, 8, 16, 16, w_align=32, prev_dtype="int32")
+    with pytest.raises(ValueError, match="draft_dtype 'int8'"):
+        ref.check_index_dtypes("dflash", draft_dtype="int8", cu_dtype="int32")
 
 
 @pytest.mark.codegen_ascend
@@ -474,6 +597,9 @@ def test_device_misaligned_rows_and_nan(device):
     args["hidden"][3, 5] = float("nan")
     emb = torch.randn(VOCAB * 320 + 1, device=device).to(torch.bfloat16)
     args["embedding"] = emb[1:].view(VOCAB, 320)
+    # Weights one element into their storage: 4-byte aligned (scalar weight loads).
+    args["w_h"] = (torch.randn(577, device=device) * (1.5 / math.sqrt(576)))[1:]
+    args["w_e"] = (torch.randn(321, device=device) * (1.5 / math.sqrt(320)))[1:]
     got = api.confidence_head(**args, threshold=0.25, out=poisoned_outputs(args, device))
     assert_confidence_close(got.confidence, args)
     assert got.confidence[3] == 0

@@ -62,6 +62,7 @@ __all__ = [
     "ALIGNMENTS",
     "MAX_WIDTH",
     "check_config",
+    "check_index_dtypes",
     "confidence_head_fused_ref",
     "derive_from_confidence",
     "dflash_shipped_configs",
@@ -184,10 +185,12 @@ MAX_WIDTH = 16384
 ALIGNMENTS = (2, 4, 8, 16)
 
 
-def check_config(name: str, H: int, He: int, h_stride: int, h_align: int, e_align: int, **dtypes: str) -> None:
-    """ValueError/TypeError unless 1 <= H, He <= MAX_WIDTH, h_stride >= H, h_align and e_align are
-    in ALIGNMENTS and every index dtype name is one of BACKEND_INDEX_DTYPES."""
-    for arg, value in (("H", H), ("He", He), ("h_stride", h_stride), ("h_align", h_align), ("e_align", e_align)):
+def check_config(name: str, H: int, He: int, h_stride: int, h_align: int, e_align: int, *, w_align: int = 16, **dtypes: str) -> None:
+    """ValueError/TypeError unless 1 <= H, He <= MAX_WIDTH, h_stride >= H, h_align, e_align and
+    w_align (the weights' base alignment) are in ALIGNMENTS and every index dtype name is one of
+    BACKEND_INDEX_DTYPES."""
+    aligns = (("h_align", h_align), ("e_align", e_align), ("w_align", w_align))
+    for arg, value in (("H", H), ("He", He), ("h_stride", h_stride), *aligns):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: {arg} must be an int, got {type(value).__name__}")
     for arg, value in (("H", H), ("He", He)):
@@ -195,9 +198,14 @@ def check_config(name: str, H: int, He: int, h_stride: int, h_align: int, e_alig
             raise ValueError(f"{name}: {arg} must be in [1, {MAX_WIDTH}], got {value}")
     if h_stride < H:
         raise ValueError(f"{name}: h_stride {h_stride} is smaller than H {H}")
-    for arg, align in (("h_align", h_align), ("e_align", e_align)):
+    for arg, align in aligns:
         if align not in ALIGNMENTS:
             raise ValueError(f"{name}: {arg} must be one of {ALIGNMENTS}, got {align}")
+    check_index_dtypes(name, **dtypes)
+
+
+def check_index_dtypes(name: str, **dtypes: str) -> None:
+    """ValueError unless every index dtype name is one of BACKEND_INDEX_DTYPES."""
     for arg, dtype in dtypes.items():
         if dtype not in BACKEND_INDEX_DTYPES:
             raise ValueError(f"{name}: {arg} {dtype!r} is not one of {', '.join(BACKEND_INDEX_DTYPES)}")

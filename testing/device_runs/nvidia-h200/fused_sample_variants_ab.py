@@ -20,7 +20,6 @@ alternating rounds, and checked in the same run: its tokens and logprobs equal t
 NCU=1 instead launches each variant a few times at fp32 B = 128 (for a profiler run), and WARM=1
 once at B = 1 and 64 in each dtype (compiling it, so that several processes can fill TileLang's cache at
 once); neither times anything."""
-import importlib.util
 import os
 import sys
 
@@ -31,19 +30,13 @@ from kernels.fused_sample import api
 from kernels.sampler.api import check_arguments, launch
 from kernels.sampler.sampler_bench import decode_inputs
 from testing import timer
+from testing.variants import load_variant
 
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/fused_sample/cuda.py").split(",")]
 FORMS = ("auto", "one", "flag", "flag_only")
 SWEEP = [(torch.float32, 129280), (torch.bfloat16, 151936)]
 BATCHES = [int(b) for b in os.environ.get("BATCHES", "1,64,128,512").split(",")]
 dev = torch.device("cuda")
-
-
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(f"fs_variant_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def runner(mod, second, form):
@@ -75,7 +68,7 @@ for name, spec in VARIANTS:
     path, _, sampler_path = paths.partition("+")
     for p in (path, sampler_path or "kernels/sampler/cuda.py"):
         if p not in modules:
-            modules[p] = load(f"{len(modules)}", p)
+            modules[p] = load_variant(f"fs_variant_{len(modules)}", p)
     runs[name] = runner(modules[path], modules[sampler_path or "kernels/sampler/cuda.py"], form or "auto")
 print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
 if os.environ.get("NCU"):

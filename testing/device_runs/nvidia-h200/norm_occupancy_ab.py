@@ -11,7 +11,6 @@ place (the bench's peer). testing.timer (CUDA-graph replay, input sets rotated p
 allocated per call as the bench does), median of three alternating rounds. Checked in the same run:
 every variant's residual and y equal the first variant's bit for bit (only the register cap
 differs), and the residual equals the peer's."""
-import importlib.util
 import os
 import sys
 
@@ -20,6 +19,7 @@ import torch
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.norm import ref  # noqa: E402
 from testing import timer  # noqa: E402
+from testing.variants import load_variant  # noqa: E402
 
 EPS, DT = 1e-6, "bfloat16"
 DIMS = [int(d) for d in os.environ.get("DIMS", "4096,7168").split(",")]
@@ -31,11 +31,7 @@ print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.emp
 
 def norm_module(resident: int):
     """kernels/norm/cuda.py as a separate module (its own jit cache) with the given resident threads."""
-    name = f"norm_cuda_resident_{resident}"
-    spec = importlib.util.spec_from_file_location(name, os.path.join("kernels", "norm", "cuda.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module = load_variant(f"norm_cuda_resident_{resident}", os.path.join("kernels", "norm", "cuda.py"))
     module._RESIDENT_THREADS = resident
     return module
 
