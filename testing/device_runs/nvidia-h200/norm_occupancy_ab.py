@@ -1,16 +1,20 @@
-"""Same-run A/B of the fused add_rmsnorm kernel's register cap (kernels/norm/PERF.md, 2026-12-04
-fifteenth session), kept as the record of what ran; no target runs it. Run from a source tree's
-root on a CUDA device.
+"""Same-run A/B of the fused add_rmsnorm kernel's register cap and vector width (kernels/norm/PERF.md,
+2026-12-04 fifteenth session), kept as the record of what ran; no target runs it. Run from a source
+tree's root on a CUDA device.
 
 ncu put the shipped kernel at 37 registers for bf16 D 4096 (512 threads, one vector of each operand
 a thread): three blocks an SM, 48 warps, where Inductor's in-place kernel runs 64. Each variant is
 kernels/norm/cuda.py loaded as its own module with `_RESIDENT_THREADS` (the threads an SM the
-`__launch_bounds__` cap is sized for) set to one value of RESIDENT. For bf16 rows of D in DIMS at T
+`__launch_bounds__` cap is sized for) set to one value of RESIDENT, built for each x_align in ALIGNS (16: the shipped 16-byte vectors;
+8: 8-byte ones, which at D 4096 is Inductor's layout, a thread's two vectors half a row apart). For
+bf16 rows of D in DIMS at T
 in ROWS it times add_rmsnorm_tl of each variant against torch.compile of the fused reference in
 place (the bench's peer). testing.timer (CUDA-graph replay, input sets rotated past 2 x L2, outputs
 allocated per call as the bench does), median of three alternating rounds. Checked in the same run:
-every variant's residual and y equal the first variant's bit for bit (only the register cap
-differs), and the residual equals the peer's."""
+every variant's residual equals the first variant's and the peer's bit for bit, and y equals the
+first variant's bit for bit where the vector width is the same (the register cap alone differs);
+`y_ulps` is the largest distance in bf16 ulps over all variants (the sum's order follows the
+thread shape)."""
 import os
 import sys
 
@@ -19,12 +23,14 @@ import torch
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.norm import ref  # noqa: E402
 from testing import timer  # noqa: E402
+from testing.numeric import ulp_distance  # noqa: E402
 from testing.variants import load_variant  # noqa: E402
 
 EPS, DT = 1e-6, "bfloat16"
 DIMS = [int(d) for d in os.environ.get("DIMS", "4096,7168").split(",")]
 ROWS = [int(t) for t in os.environ.get("ROWS", "1,64,1024,16384").split(",")]
 RESIDENT = [int(r) for r in os.environ.get("RESIDENT", "1024,1536,2048").split(",")]
+ALIGNS = [int(a) for a in os.environ.get("ALIGNS", "16").split(",")]
 dev, tb = torch.device("cuda"), torch.bfloat16
 print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
 
@@ -46,27 +52,33 @@ c_add = torch.compile(add_in_place, dynamic=False)
 l2 = timer.l2_cache_bytes(dev)
 for D in DIMS:
     variants = {}
-    for res, m in modules.items():
-        cfg = m.add_norm_config(D, DT, D)
-        variants[f"resident {res} ({cfg.threads} thr, {cfg.min_blocks_per_sm} blk)"] = m.add_rmsnorm_tl(D, DT, EPS, D, x_align=16)
+    for align in ALIGNS:
+        for res, m in modules.items():
+            cfg = m.add_norm_config(D, DT, D, align)
+            name = f"resident {res} ({cfg.threads} thr, {cfg.min_blocks_per_sm} blk, {cfg.vector_bytes} B x {cfg.steps})"
+            variants[name] = (cfg.vector_bytes, m.add_rmsnorm_tl(D, DT, EPS, D, x_align=align))
     for t in ROWS:
         n = timer.sets_for_rotation(4 * t * D * 2 + D * 2, l2)
         sets = [(torch.randn(t, D, device=dev, dtype=tb), torch.randn(t, D, device=dev, dtype=tb),
                  (1 + 0.1 * torch.randn(D, device=dev)).to(tb)) for _ in range(n)]
         x, r, w = sets[0]
         outs = []
-        for k in variants.values():
+        for width, k in variants.values():
             r_k, y_k = r.clone(), torch.full((t, D), float("nan"), device=dev, dtype=tb)
             k(x, r_k, w, y_k)
-            outs.append((r_k, y_k))
+            outs.append((width, r_k, y_k))
         r_p = r.clone()
         c_add(x, r_p, w)
-        equal = all(torch.equal(a, outs[0][0]) and torch.equal(b, outs[0][1]) for a, b in outs)
-        fns = {name: [lambda s=s, k=k: k(s[0], s[1], s[2], torch.empty_like(s[0])) for s in sets] for name, k in variants.items()}
+        first = {}
+        for width, r_k, y_k in outs:
+            first.setdefault(width, y_k)
+        equal = all(torch.equal(r_k, outs[0][1]) and torch.equal(y_k, first[width]) for width, r_k, y_k in outs)
+        y_ulps = max(int(ulp_distance(y_k, outs[0][2]).max()) for _, _, y_k in outs)
+        fns = {name: [lambda s=s, k=k: k(s[0], s[1], s[2], torch.empty_like(s[0])) for s in sets] for name, (_, k) in variants.items()}
         fns["compile in place"] = [lambda s=s: c_add(s[0], s[1], s[2]) for s in sets]
         times = {k: [] for k in fns}
         for _ in range(3):
             for k, f in fns.items():
                 times[k].append(timer.measure(f, budget_s=0.3).median_us)
-        print(f"D={D} T={t} sets={n} variants_equal={equal} residual_equals_peer={torch.equal(r_p, outs[0][0])} "
+        print(f"D={D} T={t} sets={n} variants_equal={equal} y_ulps={y_ulps} residual_equals_peer={torch.equal(r_p, outs[0][1])} "
               + "  ".join(f"{k} {sorted(v)[1]:.2f}" for k, v in times.items()), flush=True)
