@@ -7,6 +7,7 @@ synchronises the host; only `stream_counters` launches anything (zero fills, out
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import torch
@@ -46,6 +47,9 @@ INDEX_DTYPES = {torch.int32: "int32", torch.int64: "int64"}
 INT32_MAX = 2**31 - 1
 # CUDA caps a grid's y and z dimensions at this many blocks; a launch past it fails with a CUDA error.
 CUDA_MAX_GRID_Y = 65535
+# Programmatic dependent launch (a second kernel starting during the first's tail, waiting on the
+# device for its end): TileLang lowers T.pdl_trigger / T.pdl_sync for sm_90 and later only.
+PDL_MIN_CAPABILITY = (9, 0)
 
 
 def _ops():
@@ -247,6 +251,17 @@ def backend_ops(name: str, t: torch.Tensor):
             f"{tl.PLATFORM.tilelang_ops_backend!r}"
         )
     return tl
+
+
+@functools.cache
+def cuda_capability(index: int) -> tuple[int, int]:
+    """The CUDA device's compute capability, read once (a host-side query, no sync)."""
+    return torch.cuda.get_device_capability(index)
+
+
+def takes_pdl(t: torch.Tensor) -> bool:
+    """Whether kernels on CUDA tensor t's device may be launched as programmatic dependents."""
+    return cuda_capability(t.device.index) >= PDL_MIN_CAPABILITY
 
 
 def base_alignment(*tensors: torch.Tensor) -> int:

@@ -1,8 +1,11 @@
 """kernels/interface.stream_counters: which zeroed array each (owner, stream) gets, in and out of a
 CUDA graph capture. The stream and the capture state are patched, so CPU tensors stand in for the
-device's; what a capture does on a GPU is kernels/outlier_detection's device test of two graphs."""
+device's; what a capture does on a GPU is kernels/outlier_detection's device test of two graphs.
+And interface.takes_pdl, with the compute capability patched."""
 
 from __future__ import annotations
+
+import types
 
 import pytest
 import torch
@@ -109,3 +112,16 @@ def test_a_larger_request_replaces_the_array_and_keeps_the_old_alive(fake_stream
     assert big.numel() > interface._MIN_COUNTERS and int(big.count_nonzero()) == 0
     assert interface.stream_counters("op", CPU, 1) is big
     assert any(t is small for t in interface._RETIRED), "a graph captured with the smaller array still uses it"
+
+
+def test_takes_pdl_from_sm90(monkeypatch):
+    """Programmatic dependent launch from compute capability 9.0 on, read per device index."""
+    seen = []
+
+    def capability(index):
+        seen.append(index)
+        return {0: (8, 9), 1: (9, 0), 2: (10, 0)}[index]
+
+    monkeypatch.setattr(interface, "cuda_capability", capability)
+    on = [interface.takes_pdl(types.SimpleNamespace(device=torch.device("cuda", i))) for i in range(3)]
+    assert on == [False, True, True] and seen == [0, 1, 2]

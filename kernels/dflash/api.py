@@ -30,7 +30,8 @@ tokens (N,) of draft_tokens' dtype); the exact rules (out-of-range prev_tokens a
 confidence 0 and stop the proposal) are in kernels/dflash/ref.py.
 
 CUDA tensors run two TileLang kernels per call, the confidence of every row, then each request's
-proposal from them (kernels/dflash/cuda.py); a backend without them (Ascend) runs its one-launch
+proposal from them (kernels/dflash/cuda.py; on sm_90+ the second starts during the first's tail,
+a programmatic dependent launch); a backend without them (Ascend) runs its one-launch
 dflash_tl. No host sync, every size fixed by the arguments: CUDA-graph capturable; N, B and V are
 dynamic. CPU tensors are served by the PyTorch reference.
 Invalid arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
@@ -60,6 +61,7 @@ from kernels.interface import (
     dense_rows,
     is_host,
     scalar_tensor,
+    takes_pdl,
 )
 
 __all__ = ["DflashOutput", "confidence_head"]
@@ -154,7 +156,8 @@ def confidence_head(
         kernel = tl.ops.dflash_tl(width_h, width_e, h_stride, prev_dtype, draft_dtype, cu_dtype, **aligns)
         kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, thr, draft_tokens, cu_draft_lens, *outs)
         return outs
-    confidence_kernel = confidence_factory(width_h, width_e, h_stride, prev_dtype, **aligns, w_align=base_alignment(w_h, w_e))
+    pdl = takes_pdl(hidden)
+    confidence_kernel = confidence_factory(width_h, width_e, h_stride, prev_dtype, **aligns, w_align=base_alignment(w_h, w_e), pdl=pdl)
     confidence_kernel(hidden_k, prev_tokens, embedding, w_h, w_e, bias, outs.confidence)
-    derive_factory(draft_dtype, cu_dtype)(outs.confidence, thr, draft_tokens, cu_draft_lens, *outs[1:])
+    derive_factory(draft_dtype, cu_dtype, pdl=pdl)(outs.confidence, thr, draft_tokens, cu_draft_lens, *outs[1:])
     return outs

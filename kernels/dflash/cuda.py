@@ -15,7 +15,9 @@ w_h (H,), w_e (He,): float32, both base pointers aligned to `w_align` bytes. bia
 confidence      (N,) float32; proposal_len (B,) int32; expected_len (B,) float32. All contiguous.
 
 Semantics are `kernels.dflash.ref` (the contract); the interface launches the confidence kernel,
-then the derive kernel on the same stream.
+then the derive kernel on the same stream, on sm_90+ as its programmatic dependent (`pdl=True` on
+both: the derive grid starts during the confidence grid's tail and waits on the device for its end
+before reading a confidence; TileLang lowers PDL for sm_90 and later only).
 
 dflash_confidence_tl: one block of 256 threads per row (grid N), every row at once, padding rows
 included. Thread tx takes vectors tx, tx + 256, ... of the hidden row and of the embedding row of
@@ -141,8 +143,10 @@ def dflash_confidence_tl(
     h_align: int = 16,
     e_align: int = 16,
     w_align: int = 16,
+    pdl: bool = False,
 ):
-    """Compiled kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, confidence) (memoised)."""
+    """Compiled kernel(hidden, prev_tokens, embedding, w_h, w_e, bias, confidence) (memoised). pdl:
+    the next launch, dflash_derive_tl(pdl=True), may start while this grid runs (sm_90+)."""
     check_config("dflash", H, He, h_stride, h_align, e_align, w_align=w_align, prev_dtype=prev_dtype)
     h_vec, e_vec = vector_elems(H, h_stride, h_align), vector_elems(He, He, e_align)
     h_steps, e_steps = T.ceildiv(H // h_vec, _ROW_THREADS), T.ceildiv(He // e_vec, _ROW_THREADS)
@@ -161,6 +165,10 @@ def dflash_confidence_tl(
         confidence: T.Tensor((N,), "float32"),
     ):
         with T.Kernel(N, threads=_ROW_THREADS) as bx:
+            if pdl:
+                # Once every block has started, the derive grid's blocks may take the slots this
+                # grid's tail frees; they read no confidence before this grid has ended.
+                T.pdl_trigger()
             tx = T.get_thread_binding(0)
             h = T.alloc_local((h_steps, h_vec), "bfloat16")
             wh = T.alloc_local((h_steps, h_vec), "float32")
@@ -197,9 +205,11 @@ def dflash_confidence_tl(
 
 
 @tilelang.jit
-def dflash_derive_tl(draft_dtype: str, cu_dtype: str):
+def dflash_derive_tl(draft_dtype: str, cu_dtype: str, *, pdl: bool = False):
     """Compiled kernel(confidence, threshold, draft_tokens, cu_draft_lens, proposal_len,
-    expected_len, tokens) (memoised)."""
+    expected_len, tokens) (memoised). pdl: launched as a programmatic dependent of
+    dflash_confidence_tl(pdl=True): a block reads its request's bounds and the threshold while that
+    grid may still run, and the confidences only after it has ended (sm_90+)."""
     check_index_dtypes("dflash", draft_dtype=draft_dtype, cu_dtype=cu_dtype)
     N, B, C = T.dynamic("N"), T.dynamic("B"), T.dynamic("C")
 
@@ -236,6 +246,8 @@ def dflash_derive_tl(draft_dtype: str, cu_dtype: str):
                     acc[0] = T.float32(0)
                     alive[0] = 1
                     plen[0] = length
+                if pdl:
+                    T.pdl_sync()
                 for i in T.serial(T.ceildiv(length, _DERIVE_THREADS)):
                     t = i * _DERIVE_THREADS + tx
                     if t < length:

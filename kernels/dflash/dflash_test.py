@@ -403,15 +403,18 @@ def _same(got, want) -> bool:
 
 
 @pytest.mark.ref
-def test_dispatch_two_launches(monkeypatch):
+@pytest.mark.parametrize("pdl", [False, True], ids=["before_sm90", "sm90"])
+def test_dispatch_two_launches(monkeypatch, pdl):
     """A backend with both factories: the confidences of every row, then the derivation reading
-    them, with the weights' alignment (w_e's 4 bytes) narrowing the weight loads."""
+    them, with the weights' alignment (w_e's 4 bytes) narrowing the weight loads; the second a
+    programmatic dependent of the first where the device takes it (interface.takes_pdl)."""
+    monkeypatch.setattr(api, "takes_pdl", lambda t: pdl)
     ops = _RecordingOps()
     args, threshold, outs = _dispatch(monkeypatch, ops)
     (first, conf_static, conf_options, conf_args), (second, derive_static, derive_options, derive_args) = ops.calls
     assert first == "dflash_confidence_tl" and second == "dflash_derive_tl"
-    assert conf_static == (576, 320, 640, "int32") and conf_options == dict(h_align=16, e_align=16, w_align=4)
-    assert derive_static == ("int64", "int64") and derive_options == {}
+    assert conf_static == (576, 320, 640, "int32") and conf_options == dict(h_align=16, e_align=16, w_align=4, pdl=pdl)
+    assert derive_static == ("int64", "int64") and derive_options == dict(pdl=pdl)
     reads = [args[k] for k in ("hidden", "prev_tokens", "embedding", "w_h", "w_e", "bias")]
     assert _same(conf_args, (*reads, outs.confidence))
     assert _same(derive_args, (outs.confidence, threshold, args["draft_tokens"], args["cu_draft_lens"], *outs[1:]))
@@ -460,35 +463,40 @@ def _cuda_derive_configs():
 
 
 @pytest.mark.codegen_cuda
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", _cuda_confidence_configs(), ids=_config_id)
-def test_cuda_confidence_compiles_without_spills(arch, config):
+def test_cuda_confidence_compiles_without_spills(arch, config, pdl):
     from kernels.dflash import cuda
     from testing import codegen_cuda
 
     *args, h_align, e_align, w_align = config
-    kwargs = dict(h_align=h_align, e_align=e_align, w_align=w_align)
+    kwargs = dict(h_align=h_align, e_align=e_align, w_align=w_align, pdl=pdl)
     source = codegen_cuda.cuda_source(cuda.dflash_confidence_tl, *args, arch=arch, **kwargs)
-    # One launch, no atomics.
+    # One launch, no atomics; with pdl every block lets the derive grid start.
     kernels = _kernel_names(source)
     assert "atomic" not in source.lower() and len(kernels) == 1, kernels
+    assert ("cudaTriggerProgrammaticLaunchCompletion();" in source) == pdl
     report = codegen_cuda.check_cuda_resources(cuda.dflash_confidence_tl, *args, arch=arch, **kwargs)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
 @pytest.mark.codegen_cuda
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", _cuda_derive_configs(), ids=_config_id)
-def test_cuda_derive_compiles_without_spills(arch, config):
+def test_cuda_derive_compiles_without_spills(arch, config, pdl):
     from kernels.dflash import cuda
     from testing import codegen_cuda
 
-    source = codegen_cuda.cuda_source(cuda.dflash_derive_tl, *config, arch=arch)
-    # One launch, no atomics; the in-order product and sum cannot be fused into an FMA.
+    source = codegen_cuda.cuda_source(cuda.dflash_derive_tl, *config, arch=arch, pdl=pdl)
+    # One launch, no atomics; the in-order product and sum cannot be fused into an FMA; with pdl it
+    # waits for the confidence grid before reading a confidence.
     kernels = _kernel_names(source)
     assert "atomic" not in source.lower() and len(kernels) == 1, kernels
     assert "__fmul_rn" in source and "__fadd_rn" in source
-    report = codegen_cuda.check_cuda_resources(cuda.dflash_derive_tl, *config, arch=arch)
+    assert ("cudaGridDependencySynchronize();" in source) == pdl
+    report = codegen_cuda.check_cuda_resources(cuda.dflash_derive_tl, *config, arch=arch, pdl=pdl)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 

@@ -53,12 +53,11 @@ otherwise, before anything is written).
 
 from __future__ import annotations
 
-import functools
 
 import torch
 
 from kernels.fused_sample import ref
-from kernels.interface import backend_ops, is_host, stream_counters
+from kernels.interface import PDL_MIN_CAPABILITY, backend_ops, cuda_capability, is_host, stream_counters
 from kernels.sampler.api import SamplerOutput, check_arguments, launch, run_reference
 
 __all__ = ["fused_sample"]
@@ -71,9 +70,6 @@ NAME = "fused_sample"
 # 48 38.5 / 34.2, 64 45.1 / 35.7; bf16 V 151936: 16 26.8 / 26.4, 24 28.0 / 28.8, 32 33.5 / 31.6,
 # 48 40.1 / 35.9, 64 47.3 / 40.6. At 24 the two dtypes disagree; from 32 on two launches win.
 FLAGGING_MIN_ROWS = 32
-# The second launch is a programmatic dependent launch (sampler_flagged_tl waits on the device for
-# the first to end), which TileLang compiles for sm_90 and later only.
-PDL_MIN_CAPABILITY = (9, 0)
 
 
 def takes_flagging(B: int, capability: tuple[int, int]) -> bool:
@@ -81,11 +77,6 @@ def takes_flagging(B: int, capability: tuple[int, int]) -> bool:
     sampler_flagged_tl (else fused_sample_tl, one launch)."""
     return B >= FLAGGING_MIN_ROWS and tuple(capability) >= PDL_MIN_CAPABILITY
 
-
-@functools.cache
-def _capability(index: int) -> tuple[int, int]:
-    """The CUDA device's compute capability, read once (a host-side query, no sync)."""
-    return torch.cuda.get_device_capability(index)
 
 def _workspace(B: int, V: int, device: torch.device) -> tuple[torch.Tensor, ...]:
     """(chunk_f, chunk_i, list_s, list_id, arrivals) of kernels/fused_sample/cuda.py for B rows of
@@ -130,7 +121,7 @@ def fused_sample(
     if logits.device.type != "cuda":
         return launch(ops.fused_sample_tl, *args, result)
     workspace = _workspace(B, V, logits.device)
-    if not takes_flagging(B, _capability(logits.device.index)):
+    if not takes_flagging(B, cuda_capability(logits.device.index)):
         return launch(ops.fused_sample_tl, *args, result, workspace)
     launch(ops.fused_sample_flagging_tl, *args, result, workspace)
     # The rows whose candidate lists could not hold them, flagged in the counters: the sampler's

@@ -2,10 +2,11 @@
 "Two launches"), kept as the record of what ran; no target runs it. Run from a source tree's root on
 a CUDA device, TileLang on the path:
 
-    VARIANTS="one=.gpu/dflash_one.py,two=kernels/dflash/cuda.py" python3 dflash_variants_ab.py
+    VARIANTS="one=.gpu/dflash_one.py,two=kernels/dflash/cuda.py,pdl=kernels/dflash/cuda.py@pdl" python3 dflash_variants_ab.py
 
-Each variant NAME=PATH is a copy of kernels/dflash/cuda.py, imported under its own module name: one
-with dflash_confidence_tl runs it and then dflash_derive_tl (both launches timed), one without runs
+Each variant NAME=PATH[@pdl] is a copy of kernels/dflash/cuda.py, imported under its own module
+name: one with dflash_confidence_tl runs it and then dflash_derive_tl (both launches timed; with
+@pdl both built with pdl=True, the second a programmatic dependent of the first), one without runs
 its dflash_tl (main's one-launch kernel). Outputs are allocated per call, as the interface does.
 Inputs are the bench's (dflash_bench.decode_inputs: H = He = 7168, V = 129280, threshold 0.5 as a
 device tensor) at B = 1, 8, 64, 256 x drafts 4 and 8. Every variant is checked in the same run on
@@ -28,10 +29,11 @@ VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "two=kernels/dflash
 dev = torch.device("cuda")
 
 
-def runner(mod):
+def runner(mod, pdl):
     """run(args, threshold) -> (confidence, proposal_len, expected_len, tokens), fresh outputs."""
     if hasattr(mod, "dflash_confidence_tl"):
-        confidence, derive = mod.dflash_confidence_tl(H, HE, H, "int64"), mod.dflash_derive_tl("int64", "int32")
+        options = dict(pdl=True) if pdl else {}
+        confidence, derive = mod.dflash_confidence_tl(H, HE, H, "int64", **options), mod.dflash_derive_tl("int64", "int32", **options)
 
         def launch(reads, thr, draft, cu, outs):
             confidence(*reads, outs[0])
@@ -62,7 +64,7 @@ def check(got, a, thr, draft_len):
     return close and all(torch.equal(g, d) for g, d in zip(got[1:], derived))
 
 
-runs = {name: runner(load_variant(f"dflash_variant_{name}", path)) for name, path in VARIANTS}
+runs = {name: runner(load_variant(f"dflash_variant_{name}", path.split("@")[0]), path.endswith("@pdl")) for name, path in VARIANTS}
 l2 = timer.l2_cache_bytes(dev)
 lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us; median us of 3 alternating rounds"]
 print(lines[0], flush=True)
