@@ -1,0 +1,60 @@
+"""Same-run A/B of candidate_blocks' pair kernel against other versions of kernels/candidate_blocks/
+cuda.py (kernels/candidate_blocks/PERF.md), kept as the record of what ran; no target runs it. Run
+from a source tree's root on a CUDA device, TileLang on the path:
+
+    VARIANTS="main=.gpu/cand_main.py,early=kernels/candidate_blocks/cuda.py" python3 candidate_variants_ab.py
+
+Each variant NAME=PATH is a copy of cuda.py imported under its own module name; its
+candidate_blocks_pair_tl is built for the bench's NB 2048, k 64, one sink and two local blocks,
+int32 counts. Rows: the bench's (randn scores), at T queries of full counts (n = NB) and of spread
+counts (1 + i * NB // T, shuffled: the prefill case). Every variant's ids equal ref.py's on the
+first input set (the table marks a MISMATCH); then testing.timer (CUDA-graph replay, input sets
+rotated past 2 x L2, ids allocated per call), median of three alternating rounds, us. The table goes
+to stdout and $OUT/candidate_ab.txt."""
+import os
+import sys
+
+import torch
+
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
+from kernels.candidate_blocks import ref  # noqa: E402
+from kernels.candidate_blocks.candidate_blocks_bench import NB, NUM_LOCAL, NUM_SINK  # noqa: E402
+from testing import timer  # noqa: E402
+from testing.variants import load_variant  # noqa: E402
+
+K = 64
+VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/candidate_blocks/cuda.py").split(",")]
+QUERIES = [int(t) for t in os.environ.get("QUERIES", "512,1024,4096").split(",")]
+
+
+def main():
+    dev = torch.device("cuda")
+    kernels = {name: load_variant(f"cand_variant_{name}", path).candidate_blocks_pair_tl(NB, K, NUM_SINK, NUM_LOCAL, "int32") for name, path in VARIANTS}
+    l2 = timer.l2_cache_bytes(dev)
+    lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us; median us of 3 alternating rounds"]
+    print(lines[0], flush=True)
+    for spread in (False, True):
+        for t in QUERIES:
+            counts = torch.tensor([1 + i * NB // t for i in range(t)] if spread else [NB] * t, dtype=torch.int32, device=dev)
+            g = torch.Generator(device=dev).manual_seed(t * 2 + spread)
+            sets = [(torch.randn((t, NB), generator=g, device=dev), counts[torch.randperm(t, generator=g, device=dev)]) for _ in range(timer.sets_for_rotation(t * NB * 4, l2))]
+            want = ref.candidate_blocks_ref(*sets[0], K, NUM_SINK, NUM_LOCAL)
+            ok = {}
+            for name, k in kernels.items():
+                ids = torch.full((t, K), -7, dtype=torch.int32, device=dev)
+                k(*sets[0], ids)
+                ok[name] = torch.equal(ids, want)
+            times = {name: [] for name in kernels}
+            for _ in range(3):
+                for name, k in kernels.items():
+                    fns = [lambda s=s, k=k: k(s[0], s[1], torch.empty((t, K), dtype=torch.int32, device=dev)) for s in sets]
+                    times[name].append(timer.measure(fns, budget_s=0.25).median_us)
+            cells = "  ".join(f"{name} {sorted(v)[1]:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, v in times.items())
+            lines.append(f"{'spread' if spread else 'full':6s} T {t:5d}  {cells}")
+            print(lines[-1], flush=True)
+    with open(os.path.join(os.environ.get("OUT", "."), "candidate_ab.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
