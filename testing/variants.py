@@ -1,7 +1,10 @@
-"""Several versions of one kernel file in one process, for the same-run A/B probes under
-testing/device_runs/ (they time a branch's kernels against main's in the same run)."""
+"""Several versions of one kernel file in one process, and their alternating timing, for the
+same-run A/B probes under testing/device_runs/ (they time a branch's kernels against main's in the
+same run)."""
 import importlib.util
+import statistics
 import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 
@@ -17,3 +20,17 @@ def load_variant(name: str, path: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def alternating_median_us(fns: dict[str, Sequence[Callable[[], object]]], *, rounds: int = 3, budget_s: float = 0.3) -> dict[str, float]:
+    """name -> us per call: each entry's calls (one per input set) timed by testing.timer.measure
+    (CUDA-graph replay rotating the sets) once a round, the entries taking turns within each round
+    so that a drift of the device's clocks reaches them all; the median over the rounds of each
+    round's median."""
+    from testing import timer
+
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, calls in fns.items():
+            times[name].append(timer.measure(list(calls), budget_s=budget_s).median_us)
+    return {name: statistics.median(values) for name, values in times.items()}

@@ -1,7 +1,9 @@
-"""testing.variants: each copy of a file is its own module; a name is taken once."""
+"""testing.variants: each copy of a file is its own module; a name is taken once; entries timed in turns."""
+import types
+
 import pytest
 
-from testing.variants import load_variant
+from testing.variants import alternating_median_us, load_variant
 
 
 def test_copies_are_independent_modules(tmp_path):
@@ -20,3 +22,19 @@ def test_a_name_is_loaded_once(tmp_path):
     load_variant(name, str(path))
     with pytest.raises(ValueError, match="already loaded"):
         load_variant(name, str(path))
+
+
+def test_alternating_median_takes_turns_and_the_median_of_rounds(monkeypatch):
+    from testing import timer
+
+    order = []
+    per_call = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+
+    def measure(calls, budget_s):
+        name = calls[0]()
+        order.append(name)
+        return types.SimpleNamespace(median_us=next(per_call[name]))
+
+    monkeypatch.setattr(timer, "measure", measure)
+    got = alternating_median_us({"a": [lambda: "a"], "b": [lambda: "b"]}, rounds=3, budget_s=0.1)
+    assert order == ["a", "b"] * 3 and got == {"a": 3.0, "b": 4.0}

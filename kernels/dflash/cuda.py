@@ -179,13 +179,14 @@ def dflash_confidence_tl(
             red = T.alloc_shared((_ROW_WARPS,), "float32")
             row = T.cast(bx, "int64")
             tok = T.cast(prev_tokens[row], "int64")
-            load_h(hidden, row, w_h, h, wh, tx)
             # An out-of-range prev_token reads nothing; its confidence is 0 below.
-            if tok >= 0 and tok < T.cast(V, "int64"):
+            in_vocab = tok >= 0 and tok < T.cast(V, "int64")
+            load_h(hidden, row, w_h, h, wh, tx)
+            if in_vocab:
                 load_e(embedding, tok, w_e, e, we, tx)
             part[0] = T.float32(0)
             dot_h(h, wh, part, tx)
-            if tok >= 0 and tok < T.cast(V, "int64"):
+            if in_vocab:
                 dot_e(e, we, part, tx)
             for i in T.unroll(5):
                 part[0] += T.shfl_xor(part[0], 1 << i)
@@ -197,7 +198,7 @@ def dflash_confidence_tl(
                 for w in T.unroll(_ROW_WARPS):
                     part[0] += red[w]
                 c[0] = T.float32(0)
-                if tok >= 0 and tok < T.cast(V, "int64") and not T.isnan(part[0]):
+                if in_vocab and not T.isnan(part[0]):
                     c[0] = T.float32(1) / (T.float32(1) + T.exp(-part[0]))
                 confidence[row] = c[0]
 

@@ -20,7 +20,7 @@ sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.candidate_blocks import ref  # noqa: E402
 from kernels.candidate_blocks.candidate_blocks_bench import NB, NUM_LOCAL, NUM_SINK  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import load_variant  # noqa: E402
+from testing.variants import alternating_median_us, load_variant  # noqa: E402
 
 K = 64
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/candidate_blocks/cuda.py").split(",")]
@@ -44,12 +44,9 @@ def main():
                 ids = torch.full((t, K), -7, dtype=torch.int32, device=dev)
                 k(*sets[0], ids)
                 ok[name] = torch.equal(ids, want)
-            times = {name: [] for name in kernels}
-            for _ in range(3):
-                for name, k in kernels.items():
-                    fns = [lambda s=s, k=k: k(s[0], s[1], torch.empty((t, K), dtype=torch.int32, device=dev)) for s in sets]
-                    times[name].append(timer.measure(fns, budget_s=0.25).median_us)
-            cells = "  ".join(f"{name} {sorted(v)[1]:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, v in times.items())
+            fns = {name: [lambda s=s, k=k: k(s[0], s[1], torch.empty((t, K), dtype=torch.int32, device=dev)) for s in sets] for name, k in kernels.items()}
+            times = alternating_median_us(fns, budget_s=0.25)
+            cells = "  ".join(f"{name} {us:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
             lines.append(f"{'spread' if spread else 'full':6s} T {t:5d}  {cells}")
             print(lines[-1], flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "candidate_ab.txt"), "w") as f:

@@ -23,7 +23,7 @@ sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.dflash import ref
 from kernels.dflash.dflash_bench import BATCHES, DRAFT_LENS, H, HE, THRESHOLD, decode_inputs
 from testing import timer
-from testing.variants import load_variant
+from testing.variants import alternating_median_us, load_variant
 
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "two=kernels/dflash/cuda.py").split(",")]
 dev = torch.device("cuda")
@@ -74,11 +74,8 @@ for draft_len in DRAFT_LENS:
         thr = torch.full((1,), THRESHOLD, device=dev)
         sets = [decode_inputs(B, draft_len, g, dev) for _ in range(timer.sets_for_rotation(B * draft_len * (H + HE) * 2, l2))]
         ok = {name: check(run(sets[0], thr), sets[0], thr, draft_len) for name, run in runs.items()}
-        times = {name: [] for name in runs}
-        for _ in range(3):
-            for name, run in runs.items():
-                times[name].append(timer.measure([lambda s=s, run=run: run(s, thr) for s in sets], budget_s=0.25).median_us)
-        cells = " ".join(f"{name} {sorted(v)[1]:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, v in times.items())
+        times = alternating_median_us({name: [lambda s=s, run=run: run(s, thr) for s in sets] for name, run in runs.items()}, budget_s=0.25)
+        cells = " ".join(f"{name} {us:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
         lines.append(f"B {B:3d} x {draft_len}  {cells}")
         print(lines[-1], flush=True)
 with open(os.path.join(os.environ.get("OUT", "."), "dflash_ab.txt"), "w") as f:

@@ -21,17 +21,16 @@ import sys
 import torch
 
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
-from kernels.norm import ref  # noqa: E402
+from norm_probe import DT, EPS, compiled_peer, first_outputs, fused_sets, kernel_calls  # noqa: E402
 from testing import timer  # noqa: E402
 from testing.numeric import ulp_distance  # noqa: E402
-from testing.variants import load_variant  # noqa: E402
+from testing.variants import alternating_median_us, load_variant  # noqa: E402
 
-EPS, DT = 1e-6, "bfloat16"
 DIMS = [int(d) for d in os.environ.get("DIMS", "4096,7168").split(",")]
 ROWS = [int(t) for t in os.environ.get("ROWS", "1,64,1024,16384").split(",")]
 RESIDENT = [int(r) for r in os.environ.get("RESIDENT", "1024,1536,2048").split(",")]
 ALIGNS = [int(a) for a in os.environ.get("ALIGNS", "16").split(",")]
-dev, tb = torch.device("cuda"), torch.bfloat16
+dev = torch.device("cuda")
 print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
 
 
@@ -42,14 +41,8 @@ def norm_module(resident: int):
     return module
 
 
-def add_in_place(x, r, w):
-    r.add_(x)
-    return ref.rms_norm_ref(r, w, EPS)
-
-
 modules = {r: norm_module(r) for r in RESIDENT}
-c_add = torch.compile(add_in_place, dynamic=False)
-l2 = timer.l2_cache_bytes(dev)
+peer = compiled_peer()
 for D in DIMS:
     variants = {}
     for align in ALIGNS:
@@ -58,27 +51,19 @@ for D in DIMS:
             name = f"resident {res} ({cfg.threads} thr, {cfg.min_blocks_per_sm} blk, {cfg.vector_bytes} B x {cfg.steps})"
             variants[name] = (cfg.vector_bytes, m.add_rmsnorm_tl(D, DT, EPS, D, x_align=align))
     for t in ROWS:
-        n = timer.sets_for_rotation(4 * t * D * 2 + D * 2, l2)
-        sets = [(torch.randn(t, D, device=dev, dtype=tb), torch.randn(t, D, device=dev, dtype=tb),
-                 (1 + 0.1 * torch.randn(D, device=dev)).to(tb)) for _ in range(n)]
+        sets = fused_sets(t, D, dev)
+        outs = first_outputs([k for _, k in variants.values()], sets)
         x, r, w = sets[0]
-        outs = []
-        for width, k in variants.values():
-            r_k, y_k = r.clone(), torch.full((t, D), float("nan"), device=dev, dtype=tb)
-            k(x, r_k, w, y_k)
-            outs.append((width, r_k, y_k))
         r_p = r.clone()
-        c_add(x, r_p, w)
+        peer(x, r_p, w)
+        # y equals the first variant's of its vector width (the register cap alone differs).
         first = {}
-        for width, r_k, y_k in outs:
+        for (width, _), (_, y_k) in zip(variants.values(), outs):
             first.setdefault(width, y_k)
-        equal = all(torch.equal(r_k, outs[0][1]) and torch.equal(y_k, first[width]) for width, r_k, y_k in outs)
-        y_ulps = max(int(ulp_distance(y_k, outs[0][2]).max()) for _, _, y_k in outs)
-        fns = {name: [lambda s=s, k=k: k(s[0], s[1], s[2], torch.empty_like(s[0])) for s in sets] for name, (_, k) in variants.items()}
-        fns["compile in place"] = [lambda s=s: c_add(s[0], s[1], s[2]) for s in sets]
-        times = {k: [] for k in fns}
-        for _ in range(3):
-            for k, f in fns.items():
-                times[k].append(timer.measure(f, budget_s=0.3).median_us)
-        print(f"D={D} T={t} sets={n} variants_equal={equal} y_ulps={y_ulps} residual_equals_peer={torch.equal(r_p, outs[0][1])} "
-              + "  ".join(f"{k} {sorted(v)[1]:.2f}" for k, v in times.items()), flush=True)
+        equal = all(torch.equal(r_k, outs[0][0]) and torch.equal(y_k, first[width]) for (width, _), (r_k, y_k) in zip(variants.values(), outs))
+        y_ulps = max(int(ulp_distance(y_k, outs[0][1]).max()) for _, y_k in outs)
+        fns = {name: kernel_calls(k, sets) for name, (_, k) in variants.items()}
+        fns["compile in place"] = [lambda s=s: peer(*s) for s in sets]
+        times = alternating_median_us(fns)
+        print(f"D={D} T={t} sets={len(sets)} variants_equal={equal} y_ulps={y_ulps} residual_equals_peer={torch.equal(r_p, outs[0][0])} "
+              + "  ".join(f"{k} {v:.2f}" for k, v in times.items()), flush=True)

@@ -25,10 +25,11 @@ import tilelang.language as T
 import torch
 
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
-from kernels.norm import cuda as nc, ref  # noqa: E402
+from kernels.norm import cuda as nc  # noqa: E402
+from norm_probe import DT, EPS, compiled_peer, first_outputs, fused_sets, kernel_calls  # noqa: E402
 from testing import timer  # noqa: E402
+from testing.variants import alternating_median_us  # noqa: E402
 
-EPS, DT = 1e-6, "bfloat16"
 DIMS = [int(d) for d in os.environ.get("DIMS", "4096,7168").split(",")]
 ROWS = [int(t) for t in os.environ.get("ROWS", "1,64,1024,16384").split(",")]
 
@@ -114,16 +115,10 @@ def add_rmsnorm_variant(D: int, order: str):
     return add_rmsnorm
 
 
-def add_in_place(x, r, w):
-    r.add_(x)
-    return ref.rms_norm_ref(r, w, EPS)
-
-
 def main():
-    dev, tb = torch.device("cuda"), torch.bfloat16
+    dev = torch.device("cuda")
     print("device", torch.cuda.get_device_name(), "empty kernel us", round(timer.empty_kernel_us(dev), 2), flush=True)
-    c_add = torch.compile(add_in_place, dynamic=False)
-    l2 = timer.l2_cache_bytes(dev)
+    peer = compiled_peer()
     for D in DIMS:
         variants = {
             "shipped": nc.add_rmsnorm_tl(D, DT, EPS, D, x_align=16),
@@ -132,23 +127,13 @@ def main():
             "hinted": add_rmsnorm_variant(D, "hinted"),
         }
         for t in ROWS:
-            n = timer.sets_for_rotation(4 * t * D * 2 + D * 2, l2)
-            sets = [(torch.randn(t, D, device=dev, dtype=tb), torch.randn(t, D, device=dev, dtype=tb),
-                     (1 + 0.1 * torch.randn(D, device=dev)).to(tb)) for _ in range(n)]
-            x, r, w = sets[0]
-            outs = []
-            for k in variants.values():
-                r_k, y_k = r.clone(), torch.full((t, D), float("nan"), device=dev, dtype=tb)
-                k(x, r_k, w, y_k)
-                outs.append((r_k, y_k))
+            sets = fused_sets(t, D, dev)
+            outs = first_outputs(variants.values(), sets)
             equal = all(torch.equal(a, outs[0][0]) and torch.equal(b, outs[0][1]) for a, b in outs)
-            fns = {name: [lambda s=s, k=k: k(s[0], s[1], s[2], torch.empty_like(s[0])) for s in sets] for name, k in variants.items()}
-            fns["compile in place"] = [lambda s=s: c_add(s[0], s[1], s[2]) for s in sets]
-            times = {k: [] for k in fns}
-            for _ in range(3):
-                for k, f in fns.items():
-                    times[k].append(timer.measure(f, budget_s=0.3).median_us)
-            print(f"D={D} T={t} sets={n} variants_equal={equal} " + "  ".join(f"{k} {sorted(v)[1]:.2f}" for k, v in times.items()), flush=True)
+            fns = {name: kernel_calls(k, sets) for name, k in variants.items()}
+            fns["compile in place"] = [lambda s=s: peer(*s) for s in sets]
+            times = alternating_median_us(fns)
+            print(f"D={D} T={t} sets={len(sets)} variants_equal={equal} " + "  ".join(f"{k} {v:.2f}" for k, v in times.items()), flush=True)
 
 
 if __name__ == "__main__":
