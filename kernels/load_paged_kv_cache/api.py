@@ -14,7 +14,8 @@ cache        num_blocks, block_size >= 1; the caches store_kv_cache writes:
              or of K in a K/V-interleaved allocation);
              or the quantised records of kernels/store_kv_cache/layout.py chosen by dtype
              (torch.float4_e2m1fn_x2 with W = 400, torch.float8_e4m3fn with W = 656; both give
-             D = 576), contiguous, and with out 16-byte aligned.
+             D = 576), dense within each block, blocks at any stride that is a multiple of 16
+             bytes; the cache and out 16-byte aligned.
 layout       "NHD" (default) or "HND": the order of a per-head cache; other caches take "NHD".
 block_table  (B, max_blocks) int32 only, contiguous, max_blocks >= 1: physical block ids.
 seq_lens     (B,) int32 | int64, contiguous: tokens per request (negative counts as 0).
@@ -98,9 +99,12 @@ def _check_cache(cache, layout: str) -> tuple[int, ...]:
         if width > MAX_D:
             raise ValueError(f"{NAME}: cache has row width {width}; at most {MAX_D} is supported")
         return (width,)
-    check_tensor(NAME, "cache", cache, contiguous=True)
     if width != records.record_bytes:
         raise ValueError(f"{NAME}: cache of {cache.dtype} must hold {records.record_bytes}-byte records (last dim), got {width}")
+    check_block_dense(NAME, "cache", cache)
+    # A record is read with 16-byte vectors, so every block must start on a 16-byte boundary.
+    if num_blocks > 1 and cache.stride(0) % 16:
+        raise ValueError(f"{NAME}: a {records.name} cache's block stride must be a multiple of 16 bytes, got {cache.stride(0)}")
     return (record_formats.WIDTH,)
 
 
@@ -177,7 +181,7 @@ def load_paged_kv_cache(
         kernel = tl.ops.load_paged_kv_bf16_tl(heads, dh, block_size, tuple(source.stride()[:3]), lens_dtype, starts_dtype, x_align=base_alignment(cache, out))
     else:
         factory = tl.ops.load_paged_kv_fp4_tl if records is record_formats.FP4 else tl.ops.load_paged_kv_fp8_tl
-        kernel = factory(cache.shape[1], lens_dtype, starts_dtype)
-        source = cache.view(torch.uint8)
+        source = canonical_strides(cache.view(torch.uint8))
+        kernel = factory(cache.shape[1], source.stride(0), lens_dtype, starts_dtype)
     kernel(source, block_table, seq_lens, seq_lens if seq_starts is None else seq_starts, target, cu_seqlens)
     return out, cu_seqlens

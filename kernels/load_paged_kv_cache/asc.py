@@ -21,7 +21,7 @@ positions and cache offsets are 64-bit. `x_align` is accepted for signature pari
 import tilelang
 import tilelang.ascend.language as T
 
-from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_factory_args
+from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_block_stride, check_factory_args
 from kernels.quant import tl_formats as F
 from kernels.static_args import row_elements
 from kernels.store_kv_cache import layout
@@ -52,7 +52,8 @@ def _pad(n: int, elem_bytes: int) -> int:
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,) for bf16]}: tiles of 28 rows (576), of 32 rows
     (the cap, 128), of one row (16384, the largest UB footprint); an odd width; per-head NHD and
-    HND caches and block-strided rows; both index dtypes and no starts; both record layouts."""
+    HND caches and block-strided rows; both index dtypes and no starts; both record layouts, dense
+    and block-strided (one half of a K/V-interleaved pool)."""
     return {
         "load_paged_kv_bf16_tl": [
             (1, 576, 64, (64 * 576, 576, 576), "int32", None, 16),
@@ -63,14 +64,15 @@ def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
             (8, 128, 64, (64 * 1024, 128, 64 * 128), "int64", "int32", 16),
             (1, 576, 64, (2 * 64 * 576, 576, 576), "int32", "int64", 16),
         ],
-        "load_paged_kv_fp4_tl": [(64, "int32", "int64")],
-        "load_paged_kv_fp8_tl": [(16, "int64", None)],
+        "load_paged_kv_fp4_tl": [(64, 64 * 400, "int32", "int64"), (16, 2 * 16 * 400, "int64", None)],
+        "load_paged_kv_fp8_tl": [(16, 16 * 656, "int64", None), (64, 2 * 64 * 656, "int32", "int32")],
     }
 
 
 def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: int = 1, cache_strides=None):
     """The kernel of one cache layout (records None: bf16 rows of D = H * Dh values out of a
-    (num_blocks, block_size, H, Dh) cache with strides (*cache_strides, 1))."""
+    (num_blocks, block_size, H, Dh) cache with strides (*cache_strides, 1); records: a
+    (num_blocks, block_size, R) byte cache with strides (cache_strides[0], R, 1))."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     starts_t = starts_dtype if starts_dtype is not None else lens_dtype
@@ -88,7 +90,7 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
     if records is None:
         cache_t = T.StridedTensor((num_blocks, block_size, H, Dh), (*cache_strides, 1), src_dtype)
     else:
-        cache_t = T.Tensor((num_blocks, block_size, R), src_dtype)
+        cache_t = T.StridedTensor((num_blocks, block_size, R), (cache_strides[0], R, 1), src_dtype)
 
     @T.prim_func
     def load_paged_kv(
@@ -209,12 +211,16 @@ def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple
 
 
 @tilelang.jit(target="ascend")
-def load_paged_kv_fp4_tl(block_size: int, lens_dtype: str, starts_dtype):
-    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP4 records."""
-    return _kernel(layout.FP4, layout.WIDTH, block_size, lens_dtype, starts_dtype)
+def load_paged_kv_fp4_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP4 records,
+    blocks block_stride bytes apart."""
+    check_block_stride(layout.FP4, block_size, block_stride)
+    return _kernel(layout.FP4, layout.WIDTH, block_size, lens_dtype, starts_dtype, cache_strides=(block_stride,))
 
 
 @tilelang.jit(target="ascend")
-def load_paged_kv_fp8_tl(block_size: int, lens_dtype: str, starts_dtype):
-    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP8 records."""
-    return _kernel(layout.FP8, layout.WIDTH, block_size, lens_dtype, starts_dtype)
+def load_paged_kv_fp8_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
+    """Ascend kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for FP8 records,
+    blocks block_stride bytes apart."""
+    check_block_stride(layout.FP8, block_size, block_stride)
+    return _kernel(layout.FP8, layout.WIDTH, block_size, lens_dtype, starts_dtype, cache_strides=(block_stride,))

@@ -1,16 +1,17 @@
 """NVIDIA TileLang implementation of `load_paged_kv_cache`: paged cache -> contiguous bf16 rows.
 
     load = load_paged_kv_bf16_tl(H, Dh, block_size, cache_strides, lens_dtype, starts_dtype, x_align=...)
-    load = load_paged_kv_fp4_tl(block_size, lens_dtype, starts_dtype)
-    load = load_paged_kv_fp8_tl(block_size, lens_dtype, starts_dtype)
+    load = load_paged_kv_fp4_tl(block_size, block_stride, lens_dtype, starts_dtype)
+    load = load_paged_kv_fp8_tl(block_size, block_stride, lens_dtype, starts_dtype)
     load(cache, block_table, seq_lens, seq_starts, out, cu_seqlens)
 
 cache        bf16: (num_blocks, block_size, H, Dh) bfloat16 with strides (*cache_strides, 1), base
              aligned to x_align bytes: rows of D = H * Dh values (H = 1 for plain rows), the
              "NHD" per-head cache itself or an "HND" one as its transpose(1, 2) view; blocks may
              be strided.
-             fp4 / fp8: (num_blocks, block_size, R) uint8, the byte view of a record cache
-             (kernels/store_kv_cache/layout.py: R = 400 / 656), contiguous, 16-byte aligned.
+             fp4 / fp8: (num_blocks, block_size, R) uint8 with strides (block_stride, R, 1), the
+             byte view of a record cache (kernels/store_kv_cache/layout.py: R = 400 / 656),
+             16-byte aligned, block_stride a multiple of 16 (ref.check_block_stride).
 block_table  (B, max_blocks) int32, contiguous.
 seq_lens     (B,) of lens_dtype (int32 or int64). seq_starts: (B,) of starts_dtype; starts_dtype
              None means every start is 0, and the kernel never reads seq_starts (the interface
@@ -70,7 +71,7 @@ import math
 import tilelang
 import tilelang.language as T
 
-from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_factory_args
+from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_block_stride, check_factory_args
 from kernels.quant import tl_formats as F
 from kernels.static_args import next_pow2, row_elements
 from kernels.store_kv_cache import layout
@@ -157,7 +158,8 @@ def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     per thread (128: a 256-row tile), the most steps (16384 at 2-byte vectors: 1024 threads x 16),
     an odd width; per-head caches: NHD, HND (its transpose view), block-strided MLA rows (one half
     of a K/V-interleaved allocation), 128 heads x 128, odd heads at 4-byte vectors; both index
-    dtypes for lengths and starts, no starts, block sizes 1, 5, 16, 64; both record layouts."""
+    dtypes for lengths and starts, no starts, block sizes 1, 5, 16, 64; both record layouts, dense
+    and block-strided."""
     return {
         "load_paged_kv_bf16_tl": [
             (1, 576, 64, (64 * 576, 576, 576), "int32", None, 16),
@@ -172,8 +174,8 @@ def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
             (128, 128, 16, (16 * MAX_D, MAX_D, 128), "int32", None, 16),
             (3, 6, 5, (2 * 5 * 18, 18, 6), "int64", None, 4),
         ],
-        "load_paged_kv_fp4_tl": [(64, "int32", None), (16, "int64", "int64")],
-        "load_paged_kv_fp8_tl": [(64, "int64", "int32")],
+        "load_paged_kv_fp4_tl": [(64, 64 * 400, "int32", None), (16, 16 * 400, "int64", "int64"), (64, 2 * 64 * 400, "int64", None)],
+        "load_paged_kv_fp8_tl": [(64, 64 * 656, "int64", "int32"), (16, 2 * 16 * 656 + 16, "int32", None)],
     }
 
 
@@ -314,9 +316,10 @@ def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple
     return load_paged_kv_bf16
 
 
-def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: str, starts_dtype):
+def _record_kernel(records: layout.RecordLayout, block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
     """The record kernel of one layout: the shared prologue, then `dequant(lane, ...)` per row."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
+    check_block_stride(records, block_size, block_stride)
     cfg = record_config(records)
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     lens_t, starts_t = _signature_dtypes(lens_dtype, starts_dtype)
@@ -328,9 +331,13 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
     vectors = (32 if fp4 else 16) // 8  # 8-value output vectors of one lane (16 bytes of codes)
     prologue = _tile_rows_macro(cfg, block_size, starts_dtype, b, max_blocks, num_blocks, cap)
 
+    def typed(cache, dtype: str, size: int):
+        # The cache's bytes as `dtype` elements, blocks still block_stride bytes apart.
+        return T.view(cache, (num_blocks, block_size, R // size), dtype, strides=(block_stride // size, R // size, 1))
+
     @T.prim_func
     def load_paged_kv_records(
-        cache: T.Tensor((num_blocks, block_size, R), "uint8"),
+        cache: T.StridedTensor((num_blocks, block_size, R), (block_stride, R, 1), "uint8"),
         block_table: T.Tensor((b, max_blocks), "int32"),
         seq_lens: T.Tensor((b,), lens_t),
         seq_starts: T.Tensor((b,), starts_t),
@@ -350,10 +357,10 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
             rope = T.alloc_local((_PASSES, 8), "bfloat16")
             vals = T.alloc_local((8,), "bfloat16")
             sc = T.alloc_local((_PASSES, vectors), "float32")
-            words = T.view(cache, (num_blocks, block_size, R // 4), "uint32")
-            e4m3 = T.view(cache, (num_blocks, block_size, R), "float8_e4m3")
-            scales_f32 = T.view(cache, (num_blocks, block_size, R // 4), "float32")
-            rope_bf16 = T.view(cache, (num_blocks, block_size, R // 2), "bfloat16")
+            words = typed(cache, "uint32", 4)
+            e4m3 = typed(cache, "float8_e4m3", 1)
+            scales_f32 = typed(cache, "float32", 4)
+            rope_bf16 = typed(cache, "bfloat16", 2)
             prologue(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at)
             for ps in T.unroll(_PASSES):
                 r = ps * rows + tx // tpr
@@ -402,14 +409,16 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, lens_dtype: st
 
 
 @tilelang.jit
-def load_paged_kv_fp4_tl(block_size: int, lens_dtype: str, starts_dtype):
+def load_paged_kv_fp4_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP4
-    record cache (layout.FP4, read as uint8), dequantised to (cap, 576) bf16."""
-    return _record_kernel(layout.FP4, block_size, lens_dtype, starts_dtype)
+    record cache (layout.FP4, read as uint8, blocks block_stride bytes apart), dequantised to
+    (cap, 576) bf16."""
+    return _record_kernel(layout.FP4, block_size, block_stride, lens_dtype, starts_dtype)
 
 
 @tilelang.jit
-def load_paged_kv_fp8_tl(block_size: int, lens_dtype: str, starts_dtype):
+def load_paged_kv_fp8_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP8
-    record cache (layout.FP8, read as uint8), dequantised to (cap, 576) bf16."""
-    return _record_kernel(layout.FP8, block_size, lens_dtype, starts_dtype)
+    record cache (layout.FP8, read as uint8, blocks block_stride bytes apart), dequantised to
+    (cap, 576) bf16."""
+    return _record_kernel(layout.FP8, block_size, block_stride, lens_dtype, starts_dtype)

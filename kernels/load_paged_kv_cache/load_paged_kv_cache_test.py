@@ -71,6 +71,18 @@ def strided_cache(shape, pad_blocks: int, device="cpu") -> torch.Tensor:
     return whole.reshape(shape[0], 1 + pad_blocks, *shape[1:])[:, 0]
 
 
+def record_pool(kind: str, num_blocks: int, block_size: int, block_stride: int, device="cpu") -> torch.Tensor:
+    """A record cache whose blocks are `block_stride` bytes apart in one allocation of random
+    records (as K of a K/V-interleaved pool when the stride is two blocks), so a read of a gap
+    between blocks would show."""
+    records = layout.FP4 if kind == "fp4" else layout.FP8
+    need = (num_blocks - 1) * block_stride + block_size * records.record_bytes
+    slots = -(-need // records.record_bytes)
+    pool = make_cache(kind, 1, slots, device=device).view(torch.uint8).reshape(-1)
+    shape = (num_blocks, block_size, records.record_bytes)
+    return pool.as_strided(shape, (block_stride, records.record_bytes, 1)).view(records.cache_dtype)
+
+
 def heads_cache(kv_layout: str, num_blocks: int, block_size: int, heads: int, dh: int, pad_blocks: int = 0, device="cpu") -> torch.Tensor:
     """A per-head bf16 cache: (num_blocks, block_size, H, Dh) for NHD, (num_blocks, H, block_size,
     Dh) for HND."""
@@ -305,6 +317,71 @@ def test_round_trip_with_store(case):
     assert_bitwise_equal(out, rows, what=f"{case} round trip")
 
 
+RECORD_STRIDE_CASES = [
+    # (kind, num_blocks, block_size, block stride in blocks' bytes: 2 = one half of a K/V pool)
+    ("fp4", 12, 8, 2),
+    ("fp8", 9, 5, 3),
+    ("fp4", 6, 1, 2),
+]
+
+
+def record_stride_cache(case, device="cpu") -> torch.Tensor:
+    kind, nb, bs, apart = case
+    records = layout.FP4 if kind == "fp4" else layout.FP8
+    # A stride 16 bytes past `apart` blocks: blocks start at no multiple of the block size.
+    return record_pool(kind, nb, bs, apart * bs * records.record_bytes + 16, device)
+
+
+def store_records_then_load(cache, lens, starts, table, device="cpu"):
+    """(rows stored as decode(encode(rows)), rows loaded) through store_kv_cache and
+    load_paged_kv_cache on the same record cache, num_tokens = the stored rows' count."""
+    from kernels.store_kv_cache import api as store_api
+
+    records = layout.record_layout(cache.dtype)
+    bs = cache.shape[1]
+    slots = [int(table[r, p // bs]) * bs + p % bs for r, (n, s) in enumerate(zip(lens, starts)) for p in range(s, s + n)]
+    rows = random_rows(len(slots), layout.WIDTH, device)
+    store_api.store_kv_cache(rows, cache, torch.tensor(slots, dtype=torch.int64, device=device))
+    out = poisoned((len(slots), layout.WIDTH), torch.bfloat16, device)
+    api.load_paged_kv_cache(cache, table, index_tensor(lens, torch.int32, device), index_tensor(starts, torch.int64, device), num_tokens=len(slots), out=out)
+    return layout.decode_records(layout.encode_rows(rows, records), records), out
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("case", RECORD_STRIDE_CASES, ids=_case_id)
+def test_ref_block_strided_records(case):
+    # A record cache whose blocks sit apart loads as the oracle's rows of its blocks, and rows
+    # stored into it load back as their quantise-then-dequantise.
+    cache = record_stride_cache(case)
+    nb, bs = cache.shape[:2]
+    lens, starts = request_set(bs, 3)
+    table = random_table(len(lens), 3, nb, invalid=0.1)
+    seq_lens, seq_starts = torch.tensor(lens), torch.tensor(starts, dtype=torch.int32)
+    expected, e_cu = oracle(cache, table, seq_lens, seq_starts)
+    rows, cu = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts)
+    assert cu.tolist() == e_cu
+    assert_rows_equal(rows, expected, f"{case} rows")
+    out = poisoned((e_cu[-1] + 3, layout.WIDTH), torch.bfloat16, "cpu")
+    assert api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, out=out)[0] is out
+    assert_rows_equal(out[: e_cu[-1]], expected, f"{case} interface")
+    assert torch.isnan(out[e_cu[-1] :].float()).all()
+    # Two blocks per request, all distinct (nb >= 6): no two positions share a slot.
+    expected, loaded = store_records_then_load(cache, [bs + 1, 0, 2 * bs - 1], [bs - 1, 0, 1], random_table(3, 2, nb))
+    assert_rows_equal(loaded, expected, f"{case} round trip")
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("kind", ["fp4", "fp8"])
+def test_record_block_stride_is_checked(kind):
+    # Both backends' factories take the block stride: at least a block, a multiple of 16 bytes.
+    records = layout.FP4 if kind == "fp4" else layout.FP8
+    ref.check_block_stride(records, 8, 8 * records.record_bytes)
+    ref.check_block_stride(records, 8, 3 * 8 * records.record_bytes + 16)
+    for bad in (8 * records.record_bytes - 16, 8 * records.record_bytes + 8, float(8 * records.record_bytes)):
+        with pytest.raises(ValueError, match="block_stride must be a multiple of 16 bytes"):
+            ref.check_block_stride(records, 8, bad)
+
+
 @pytest.mark.ref
 @pytest.mark.parametrize("kind", KINDS)
 def test_cpu_interface_capacity(kind):
@@ -375,7 +452,9 @@ def _bad_inputs():
         ("cache-2d", dict(cache=cache[0]), ValueError, "cache must be 3-D"),
         ("cache-strided", dict(cache=cache[:, :, ::2]), ValueError, "cache must be contiguous within each block"),
         ("cache-blocks-overlap", dict(cache=cache.as_strided(cache.shape, (64, 32, 1))), ValueError, "block stride 64 is smaller than a block of 256"),
-        ("record-cache-strided", dict(cache=torch.cat([fp4.view(torch.uint8)] * 2, 1)[:, :8].view(fp4.dtype), out=out(d=576)), ValueError, "cache must be contiguous"),
+        ("record-slots-apart", dict(cache=torch.cat([fp4.view(torch.uint8)] * 2, 2)[:, :, :400].view(fp4.dtype), out=out(d=576)), ValueError, "cache must be contiguous within each block"),
+        ("record-blocks-overlap", dict(cache=fp4.as_strided(fp4.shape, (400, 400, 1)), out=out(d=576)), ValueError, "block stride 400 is smaller than a block of 3200"),
+        ("record-block-stride-8", dict(cache=record_pool("fp4", 4, 8, 8 * 400 + 8), out=out(d=576)), ValueError, "a fp4 cache's block stride must be a multiple of 16 bytes, got 3208"),
         ("layout-unknown", dict(layout="NDH"), ValueError, "layout must be one of"),
         ("layout-hnd-rows", dict(layout="HND"), ValueError, "layout 'HND' applies to per-head caches"),
         ("heads-not-dense", dict(cache=heads[:, :, :, ::2], out=poisoned((7, 2, 4), torch.bfloat16, "cpu")), ValueError, "cache must be contiguous within each block"),
@@ -463,6 +542,10 @@ def test_cuda_shipped_configs_cover_the_paths():
     # Several heads per row, strides narrowing the vectors, HND (slot stride below the head stride).
     heads = [c for c in configs["load_paged_kv_bf16_tl"] if c[0] > 1]
     assert any(c[3][1] < c[3][2] for c in heads) and any(cuda.bf16_config(*c[:2], c[3], c[-1]).vector_elems < 8 for c in heads)
+    # Record caches dense and block-strided, in each layout.
+    for name, records in (("load_paged_kv_fp4_tl", layout.FP4), ("load_paged_kv_fp8_tl", layout.FP8)):
+        strides = {c[1] == c[0] * records.record_bytes for c in configs[name]}
+        assert strides == {True, False}, name
     every = [(name == "load_paged_kv_bf16_tl", c) for name, cs in configs.items() for c in cs]
     assert {None, "int32", "int64"} <= {c[-2] if factory_is_bf16 else c[-1] for factory_is_bf16, c in every}
 
@@ -632,6 +715,22 @@ def test_device_strided_and_per_head(device, case, misaligned):
     lens, starts = [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs]
     rows, loaded = store_then_load(cache, kv_layout, lens, starts, random_table(4, 3, nb, device=device), device)
     assert_bitwise_equal(loaded, rows, what=f"{case} round trip")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("case", [("fp4", 200, 64, 2), ("fp8", 200, 16, 2), ("fp4", 60, 5, 3), ("fp8", 100, 1, 2)], ids=_case_id)
+def test_device_block_strided_records(device, case):
+    # A record cache whose blocks sit apart (a K/V-interleaved pool's K, 16 bytes further) against
+    # the reference, then a store/load round trip through it.
+    cache = record_stride_cache(case, device)
+    nb, bs = cache.shape[:2]
+    lens, starts = request_set(bs, 4)
+    lens += torch.randint(0, bs * 4, (20,)).tolist()
+    starts += torch.randint(0, bs * 4, (20,)).tolist()
+    table = random_table(len(lens), 4, nb, invalid=0.05, device=device)
+    _check_device(cache, table, index_tensor(lens, torch.int64, device), index_tensor(starts, torch.int32, device), 9, f"{case}")
+    expected, loaded = store_records_then_load(cache, [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs], random_table(4, 3, nb, device=device), device)
+    assert_rows_equal(loaded, expected, f"{case} round trip")
 
 
 @pytest.mark.device

@@ -38,7 +38,7 @@ import torch
 
 from kernels.store_kv_cache import layout as kv_layout
 
-__all__ = ["INDEX_DTYPES", "LAYOUTS", "check_factory_args", "cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
+__all__ = ["INDEX_DTYPES", "LAYOUTS", "check_block_stride", "check_factory_args", "cu_seqlens_ref", "load_paged_kv_cache_ref", "source_slots"]
 
 # Element type names of seq_lens / seq_starts the backends' factories take.
 INDEX_DTYPES = ("int32", "int64")
@@ -55,6 +55,17 @@ def check_factory_args(block_size: int, lens_dtype: str, starts_dtype) -> None:
         raise ValueError(f"load_paged_kv_cache: lens_dtype {lens_dtype!r} is not one of {', '.join(INDEX_DTYPES)}")
     if starts_dtype is not None and starts_dtype not in INDEX_DTYPES:
         raise ValueError(f"load_paged_kv_cache: starts_dtype {starts_dtype!r} is not None or one of {', '.join(INDEX_DTYPES)}")
+
+
+def check_block_stride(records: kv_layout.RecordLayout, block_size: int, block_stride: int) -> None:
+    """ValueError unless block_stride (bytes between a record cache's blocks) is an int covering a
+    block of block_size records and a multiple of 16, so every block starts 16-byte aligned: the
+    static block stride every backend's record factory takes."""
+    least = block_size * records.record_bytes
+    if not isinstance(block_stride, int) or block_stride < least or block_stride % 16:
+        raise ValueError(
+            f"load_paged_kv_cache: block_stride must be a multiple of 16 bytes of at least a block of {block_size} x {records.record_bytes}-byte records ({least}), got {block_stride!r}"
+        )
 
 
 def cu_seqlens_ref(seq_lens: torch.Tensor) -> torch.Tensor:
