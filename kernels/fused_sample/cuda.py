@@ -347,7 +347,7 @@ def radix_select(r, hist, sel, tx, warp, lane, n, tau_k, m, p20):
                 sv = r.cand_x[i * _THREADS + tx]
                 if sv >= tau_k:
                     r.w[0] = weight(sv, m)
-                    r.bits[0] = T.reinterpret("uint32", r.w[0])
+                    r.bits[0] = T.reinterpret(r.w[0], "uint32")
                     if (r.bits[0] & T.uint32(mask)) == prefix:
                         T.atomic_add(hist[T.cast((r.bits[0] >> T.uint32(shift)) & T.uint32(_BINS - 1), "int32")], T.cast(r.w[0] * T.float32(1 << MASS_BITS), "uint32"))
         T.sync_threads()
@@ -466,7 +466,7 @@ def finish_from_lists(r, tp, hist, sel, tx, warp, lane, bx, row, logits, t, row_
             if tx == 0:
                 sel[0] = T.int64(0)
             radix_select(r, hist, sel, tx, warp, lane, n, tau_k[0], m, r.st[_ST_P20])
-            tau_p[0] = T.reinterpret("float32", T.cast(sel[0], "uint32"))
+            tau_p[0] = T.reinterpret(T.cast(sel[0], "uint32"), "float32")
     # The race among the kept (sampled rows): the largest w / E, ties to the lower id.
     best_key[0] = -T.infinity("float32")
     best_id[0] = -1

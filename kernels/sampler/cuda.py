@@ -121,7 +121,7 @@ def _ordered(s):
     """uint32 image of float32 s that orders like s (-0.0 just below +0.0). A plain expression, not
     a macro: usable inside boolean conditions (kernels/fused_sample/cuda.py's candidate test)."""
     # Negative floats (the sign bit set, -0.0 included) reverse their order when all bits flip.
-    return T.reinterpret("uint32", s) ^ T.if_then_else((T.reinterpret("uint32", s) >> T.uint32(31)) != T.uint32(0), T.uint32(_ALL), T.uint32(_SIGN))
+    return T.reinterpret(s, "uint32") ^ T.if_then_else((T.reinterpret(s, "uint32") >> T.uint32(31)) != T.uint32(0), T.uint32(_ALL), T.uint32(_SIGN))
 
 
 def weight(s, m):
@@ -133,7 +133,7 @@ def weight(s, m):
 @T.macro
 def _unordered(u):
     """float32 whose _ordered image is u."""
-    return T.reinterpret("float32", u ^ T.if_then_else((u >> T.uint32(31)) != T.uint32(0), T.uint32(_SIGN), T.uint32(_ALL)))
+    return T.reinterpret(u ^ T.if_then_else((u >> T.uint32(31)) != T.uint32(0), T.uint32(_SIGN), T.uint32(_ALL)), "float32")
 
 
 @T.macro
@@ -230,7 +230,7 @@ def pick_bin(tx, phase, shift, incl, count, st, sf):
         # Top-p: the highest bin whose mass, with all mass above it, reaches the target; a
         # positive target makes that bin's own mass positive, so the bin holds a w.
         if phase == _PHASE_RACE - 1:
-            sf[_SF_TAU_P] = T.reinterpret("float32", T.cast(prefix, "uint32"))
+            sf[_SF_TAU_P] = T.reinterpret(T.cast(prefix, "uint32"), "float32")
         st[_ST_PREFIX] = prefix
         st[_ST_MASK] = mask
         st[_ST_REMAIN] = remain + above
@@ -358,7 +358,7 @@ def visit(r, val, v, phase, sampled, compact, t, m, cut, tau_p, min_p, prefix, m
                 r.w[0] = weight(r.s[0], m)
                 q = T.cast(r.w[0] * T.float32(1 << MASS_BITS), "int64")
                 r.acc[0] += q
-                r.bits[0] = T.reinterpret("uint32", r.w[0])
+                r.bits[0] = T.reinterpret(r.w[0], "uint32")
                 if q > T.int64(0) and (r.bits[0] & mask) == prefix:
                     r.digit[0] = T.cast((r.bits[0] >> shift) & T.uint32(_BINS - 1), "int32")
                     T.atomic_add(r.hist[replica + r.digit[0]], q)
