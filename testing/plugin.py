@@ -7,6 +7,10 @@ Options:
 
 Behaviour:
   * every test starts with torch's RNG seeded from its own seed (fixture `seed` gives the value);
+  * the CPU suites (ref, codegen_cuda, codegen_ascend) run torch on one intra-op thread: CI's two
+    cores already run two test processes, and no result may depend on how torch splits an op
+    between threads (on CI, 2026-12-03 and -04, an elementwise float32 op over 10**5 elements gave
+    other bits from element 50000 on, where torch hands the second half to its second thread);
   * fixture `no_kernel_launches` makes any kernel lookup through tilelang_ops.ops fail the test;
   * skip_unless_backend_has(factory) skips a test meant for a kernel the backend does not have;
   * KernelUnavailableError raised by a test becomes a skip carrying the error's message;
@@ -25,6 +29,7 @@ import zlib
 import pytest
 
 SUITES = ("ref", "codegen_cuda", "codegen_ascend", "device")
+CPU_SUITES = ("ref", "codegen_cuda", "codegen_ascend")
 
 
 def pytest_addoption(parser):
@@ -55,6 +60,10 @@ def pytest_configure(config):
         "device": "runs kernels on the accelerator of the chosen backend",
     }.items():
         config.addinivalue_line("markers", f"{suite}: {doc}")
+    if config.getoption("--tl-suite") in CPU_SUITES:
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.hookimpl(optionalhook=True)

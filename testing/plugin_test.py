@@ -53,6 +53,25 @@ def test_needs_missing_kernel():
     result.stdout.fnmatch_lines(["*x_tl (kernel 'x') is not available on backend 'asc'; provided by: cuda*"])
 
 
+@pytest.mark.parametrize("suite,threads", [("ref", "1"), ("codegen_cuda", "1"), ("device", "as set")])
+def test_cpu_suites_run_torch_on_one_thread(pytester, suite, threads):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        source = f"""
+import pytest, torch
+
+@pytest.mark.{suite}
+def test_threads():
+    assert torch.get_num_threads() == {1 if threads == "1" else 3}
+"""
+        _run(pytester, source, f"--tl-suite={suite}").assert_outcomes(passed=1)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_other_errors_still_fail(pytester):
     result = _run(pytester, "def test_broken():\n    raise LookupError('real bug')\n")
     result.assert_outcomes(failed=1)
