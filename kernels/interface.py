@@ -131,13 +131,13 @@ def check_rows(name: str, arg: str, x, dtypes: Iterable[torch.dtype], max_width:
         raise ValueError(f"{name}: {arg}'s last dimension must be contiguous (stride 1), got strides {x.stride()}")
     if n > 1 and x.stride(0) < d:
         raise ValueError(f"{name}: {arg}'s row stride {x.stride(0)} is smaller than its width {d}")
-    check_device(name, x)
+    check_device(name, arg, x)
 
 
-def check_device(name: str, t: torch.Tensor) -> None:
+def check_device(name: str, arg: str, t: torch.Tensor) -> None:
     """t lives on the host or on a device some backend serves."""
     if t.device.type != "cpu" and t.device.type not in DEVICE_BACKEND:
-        raise ValueError(f"{name}: tensors on {t.device} are not supported (cuda, npu or cpu)")
+        raise ValueError(f"{name}: {arg} is on {t.device}; tensors on {t.device} are not supported (cuda, npu or cpu)")
 
 
 def check_int(name: str, arg: str, value, low: int, high: int | None = INT32_MAX) -> None:
@@ -151,7 +151,7 @@ def check_int(name: str, arg: str, value, low: int, high: int | None = INT32_MAX
 def check_indptr(name: str, arg: str, indptr) -> int:
     """The batch size B of a (B + 1,) contiguous int32/int64 indptr on a supported device."""
     check_tensor(name, arg, indptr, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    check_device(name, indptr)
+    check_device(name, arg, indptr)
     if indptr.shape[0] == 0:
         raise ValueError(f"{name}: {arg} must have B + 1 >= 1 entries, got shape (0,)")
     return indptr.shape[0] - 1
@@ -191,11 +191,14 @@ def check_out(
     dtype: torch.dtype,
     like: torch.Tensor,
     strides: tuple[int, ...] | None = None,
+    *,
+    required: bool = False,
 ) -> None:
-    """A caller-owned output: None, or a tensor of exactly this shape and dtype on like's device that
-    is contiguous, or, when `strides` is given, has exactly those strides in every dimension of more
-    than one element (an empty tensor has no layout to check)."""
-    if out is None:
+    """A caller-owned output: None (unless `required`: a slot of an output tuple the call always
+    writes), or a tensor of exactly this shape and dtype on like's device that is contiguous, or,
+    when `strides` is given, has exactly those strides in every dimension of more than one element
+    (an empty tensor has no layout to check)."""
+    if out is None and not required:
         return
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(out).__name__}")

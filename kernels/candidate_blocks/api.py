@@ -65,7 +65,7 @@ def select_candidate_blocks(
 ) -> torch.Tensor:
     name = "select_candidate_blocks"
     check_tensor(name, "scores", scores, dtypes=[torch.float32], dim=2, contiguous=True)
-    check_device(name, scores)
+    check_device(name, "scores", scores)
     n_q, nb = scores.shape
     if not 1 <= nb <= ref.MAX_NB:
         raise ValueError(f"{name}: scores has {nb} blocks per query; NB must be in [1, {ref.MAX_NB}]")

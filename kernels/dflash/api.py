@@ -2,7 +2,7 @@
 
     confidence, proposal_len, expected_len, tokens = tilelang_ops.confidence_head(
         hidden, prev_tokens, embedding, w_h, w_e, bias, draft_tokens, cu_draft_lens,
-        threshold=0.5, out=None)
+        threshold=THRESHOLD, out=None)                   # threshold: required, keyword-only
 
 hidden         (N, H) bfloat16, 1 <= H <= 16384; rows may be strided (a view of a wider tensor), the
                last dimension contiguous.
@@ -13,17 +13,20 @@ w_h (H,), w_e (He,), bias (1,): float32, contiguous; bias is a device tensor (no
 draft_tokens   (N,) int32 or int64, contiguous: the drafted tokens.
 cu_draft_lens  (B + 1,) int32 or int64, contiguous, non-decreasing, cu_draft_lens[0] canonically 0
                (other values are handled as below): request b owns rows cu_draft_lens[b] ..
-               cu_draft_lens[b + 1] - 1, clamped into [0, N). Checking cu_draft_lens[B] == N would
-               need the values on the host: it is not checked; rows before cu_draft_lens[0] or past
-               cu_draft_lens[B] are padding (confidence computed, token -1) and only rows < N are
-               ever read.
+               cu_draft_lens[b + 1] - 1, clamped into [0, N). Checking its order or
+               cu_draft_lens[B] == N would need the values on the host: neither is checked (a
+               decreasing entry gives requests overlapping rows, which of them a row's token goes
+               to is unspecified); rows before cu_draft_lens[0] or past cu_draft_lens[B] are
+               padding (confidence computed, token -1) and only rows < N are ever read.
 threshold      a Python real number in [0, 1], rounded to float32 (each call then fills a (1,) device
                tensor: a tiny allocation and fill launch), or a (1,) float32 tensor on the inputs'
                device, read by the kernel as it is: no recompile when it changes, and a captured
                CUDA graph sees its current value on every replay. A tensor's value is not checked
                (that would read it on the host): NaN keeps like 0, a value above 1 keeps nothing.
 out            caller-owned outputs (contiguous, exact shapes and dtypes): a DflashOutput or 4-tuple
-               in the order returned.
+               of tensors in the order returned. No output may overlap an input or another output
+               (compared by the byte ranges they span, so an output inside a strided view's padding
+               counts as overlapping).
 
 Returns DflashOutput(confidence (N,) float32, proposal_len (B,) int32, expected_len (B,) float32,
 tokens (N,) of draft_tokens' dtype); the exact rules (out-of-range prev_tokens and NaN logits give
@@ -90,7 +93,7 @@ def _outputs(name: str, n_rows: int, n_req: int, draft_tokens: torch.Tensor, lik
     if not isinstance(out, (tuple, list)) or len(out) != len(OUTPUTS):
         raise TypeError(f"{name}: out must be a DflashOutput or tuple ({', '.join(OUTPUTS)}), got {type(out).__name__}")
     for field, t, (shape, dtype) in zip(OUTPUTS, out, specs):
-        check_out(name, f"out.{field}", t, shape, dtype, like)
+        check_out(name, f"out.{field}", t, shape, dtype, like, required=True)
     return DflashOutput(*out)
 
 

@@ -340,7 +340,7 @@ def _bad_inputs():
         case("draft-int16", TypeError, "draft_tokens has dtype torch.int16", draft_tokens=base["draft_tokens"].to(torch.int16)),
         case("cu-float", TypeError, "cu_draft_lens has dtype torch.float32", cu_draft_lens=base["cu_draft_lens"].float()),
         case("cu-empty", ValueError, "cu_draft_lens must have B + 1 >= 1", cu_draft_lens=base["cu_draft_lens"][:0]),
-        case("cu-meta", ValueError, "tensors on meta are not supported", cu_draft_lens=base["cu_draft_lens"].to("meta")),
+        case("cu-meta", ValueError, "cu_draft_lens is on meta; tensors on meta are not supported", cu_draft_lens=base["cu_draft_lens"].to("meta")),
         case("prev-meta", ValueError, "prev_tokens is on meta but the input is on cpu", prev_tokens=base["prev_tokens"].to("meta")),
         case("threshold-high", ValueError, "threshold must be in [0, 1]", threshold=1.5),
         case("threshold-nan", ValueError, "threshold must be in [0, 1]", threshold=float("nan")),
@@ -353,6 +353,8 @@ def _bad_inputs():
         case("out-tokens-dtype", ValueError, "out.tokens must be (3,) torch.int64", out=outs()[:3] + (poisoned((3,), i32, "cpu"),)),
         case("out-plen-shape", ValueError, "out.proposal_len must be (2,) torch.int32", out=(outs()[0], poisoned((3,), i32, "cpu")) + outs()[2:]),
         case("out-on-w_h", ValueError, "out.expected_len overlaps w_h", w_h=shared[:8], out=outs()[:2] + (shared[6:8],) + outs()[3:]),
+        case("out-len-none", TypeError, "out.expected_len must be a torch.Tensor, got NoneType", out=outs()[:2] + (None,) + outs()[3:]),
+        case("out-tokens-none", TypeError, "out.tokens must be a torch.Tensor, got NoneType", out=outs()[:3] + (None,)),
     ]
 
 

@@ -11,7 +11,8 @@ temperature  (B,) float32 (t <= 0, NaN or +inf: greedy); top_k (B,) int32 or int
 seed, offset (B,) int64: the request's noise counters (kernels/random_sampling's noise).
 All of these are contiguous tensors on logits' device.
 return_logprobs  also return the token's log-probability under softmax(l / t) before filtering.
-out          None or caller-owned (tokens (B,) int64, logprobs (B,) float32 or None, empty (B,) bool).
+out          None or caller-owned (tokens (B,) int64, logprobs (B,) float32 or None, empty (B,) bool),
+             overlapping no input and no other output (as the sampler's).
 Returns SamplerOutput(tokens, logprobs, empty): tokens (B,) int64 in [-1, V) (-1 and empty = True
 for a row without a logit above -inf, NaN counting as -inf), logprobs (B,) float32 or None. The
 exact rules are kernels/sampler/ref.py (fused_sample_ref is sampler_ref); the kernel's logprobs

@@ -7,7 +7,8 @@ x      (n, D) bfloat16 | float16 | float32 | float8_e4m3fn | uint8 (packed FP4) 
        strided (a view of a wider tensor) but the last dimension must be contiguous.
 index  (m,) int32 or int64, contiguous, on x's device. index < 0 or >= n gives a zero row; such
        indices never cause a read.
-out    optional (m, D) contiguous tensor of x's dtype on x's device.
+out    optional (m, D) contiguous tensor of x's dtype on x's device, overlapping neither x nor index
+       (compared by the byte ranges they span).
 Returns y (m, D) contiguous.
 
 CUDA tensors run the TileLang kernel of the `cuda` backend (no host sync, CUDA-graph capturable);
@@ -21,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from kernels.gather import ref
-from kernels.interface import INDEX_DTYPES, backend_ops, base_alignment, check_out, check_rows, check_tensor, dense_rows, is_host
+from kernels.interface import INDEX_DTYPES, backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
 
 __all__ = ["gather"]
 
@@ -42,6 +43,7 @@ def _check(x, index, out) -> None:
     if index.shape[0] > 1 and index.stride(0) != 1:
         raise ValueError(f"gather: index must be contiguous, got stride {index.stride(0)}")
     check_out("gather", "out", out, (index.shape[0], x.shape[1]), x.dtype, x)
+    check_no_overlap("gather", {"out": out}, {"x": x, "index": index})
 
 
 def gather(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -112,6 +112,7 @@ def _bad_inputs():
         ("out-wrong-shape", dict(x=x, index=i, out=poisoned((5, 9), torch.bfloat16, "cpu")), ValueError, "out must be (5, 8)"),
         ("out-wrong-dtype", dict(x=x, index=i, out=poisoned((5, 8), torch.float16, "cpu")), ValueError, "out must be (5, 8)"),
         ("out-strided", dict(x=x, index=i, out=poisoned((5, 16), torch.bfloat16, "cpu")[:, ::2]), ValueError, "out must be contiguous"),
+        ("out-is-x", dict(x=x, index=i, out=x[1:6]), ValueError, "out overlaps x"),
     ]
 
 

@@ -1,9 +1,10 @@
 """Interface of `get_kv_index`: the KV-cache index tensors of one engine step, on device, fixed-size.
 
     slot_mapping = tilelang_ops.get_slot_mapping(query_start_loc, positions, block_table,
-                                                 block_size=64, num_tokens=None, out=None)
+                                                 block_size=BS, num_tokens=None, out=None)
     kv_indptr, kv_indices, kv_last_page_len = tilelang_ops.get_paged_kv_indices(
-        block_table, seq_lens, block_size=64, page_size=16, capacity=None, out=None)
+        block_table, seq_lens, block_size=BS, page_size=PS, capacity=None, out=None)
+    (block_size and page_size are required keyword arguments; the others default as shown)
     batch_indices, positions = tilelang_ops.get_batch_indices_positions(
         append_indptr, seq_lens, num_tokens, out=None)
 
@@ -14,10 +15,15 @@ block_table        (B, max_blocks) int32, max_blocks >= 1; rows may be strided (
                    table), the last dimension must be contiguous. Only int32 (vLLM's and
                    FlashInfer's block tables are int32).
 seq_lens           (B,) int32 or int64, contiguous.
-block_size         the allocation block size of block_table (slots per block), an int >= 1.
-page_size          the attention kernel's page size; it must divide block_size.
-num_tokens         the fixed (CUDA-graph padded) output length: get_slot_mapping defaults to P.
-capacity           kv_indices' fixed length, default B * max_blocks * (block_size // page_size).
+block_size         the allocation block size of block_table (slots per block), an int in
+                   [1, 2**31 - 1].
+page_size          the attention kernel's page size, an int in [1, 2**31 - 1]; it must divide
+                   block_size.
+num_tokens         the fixed (CUDA-graph padded) output length, an int in [0, 2**31 - 1]:
+                   get_slot_mapping defaults to P.
+capacity           kv_indices' fixed length, an int in [0, 2**31 - 1], default B * max_blocks *
+                   (block_size // page_size). That page count must itself be at most 2**31 - 1
+                   (kv_indptr is int32), whatever the capacity.
 out                caller-owned outputs (contiguous, exact shapes and dtypes): a tensor for
                    get_slot_mapping, a 3-tuple / 2-tuple in the order returned for the others.
 
@@ -117,7 +123,7 @@ def get_paged_kv_indices(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     name = "get_paged_kv_indices"
     check_tensor(name, "seq_lens", seq_lens, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    check_device(name, seq_lens)
+    check_device(name, "seq_lens", seq_lens)
     n_req = seq_lens.shape[0]
     check_block_table(name, block_table, seq_lens, n_req)
     check_int(name, "block_size", block_size, 1)

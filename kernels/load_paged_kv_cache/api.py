@@ -10,12 +10,12 @@ cache        num_blocks, block_size >= 1; the caches store_kv_cache writes:
              (num_blocks, block_size, D) bfloat16 rows, 1 <= D <= 16384;
              per head, bfloat16: (num_blocks, block_size, H, Dh) for layout "NHD" or
              (num_blocks, H, block_size, Dh) for "HND", 1 <= H * Dh <= 16384;
-             both dense within each block, blocks at any stride (a view of one layer of a pool,
-             or of K in a K/V-interleaved allocation);
+             both dense within each block, blocks at any stride of at least one block (a view of
+             one layer of a pool, or of K in a K/V-interleaved allocation);
              or the quantised records of kernels/store_kv_cache/layout.py chosen by dtype
              (torch.float4_e2m1fn_x2 with W = 400, torch.float8_e4m3fn with W = 656; both give
-             D = 576), dense within each block, blocks at any stride that is a multiple of 16
-             bytes; the cache and out 16-byte aligned.
+             D = 576), dense within each block, blocks at any stride of at least one block that
+             is a multiple of 16 bytes; the cache and out 16-byte aligned.
 layout       "NHD" (default) or "HND": the order of a per-head cache; other caches take "NHD".
 block_table  (B, max_blocks) int32 only, contiguous, max_blocks >= 1: physical block ids.
 seq_lens     (B,) int32 | int64, contiguous: tokens per request (negative counts as 0).
@@ -78,7 +78,7 @@ def _check_cache(cache, layout: str) -> tuple[int, ...]:
     check_tensor(NAME, "cache", cache, dtypes=CACHE_DTYPES)
     records = record_formats.record_layout(cache.dtype)
     if cache.dim() == 4 and records is None:
-        check_device(NAME, cache)
+        check_device(NAME, "cache", cache)
         check_block_dense(NAME, "cache", cache)
         num_blocks, a, b, dh = cache.shape
         block_size, heads = (a, b) if layout == "NHD" else (b, a)
@@ -90,7 +90,7 @@ def _check_cache(cache, layout: str) -> tuple[int, ...]:
     if layout != "NHD":
         raise ValueError(f"{NAME}: layout {layout!r} applies to per-head caches (4-D); a cache of rows is (num_blocks, block_size, W)")
     check_tensor(NAME, "cache", cache, dim=3)
-    check_device(NAME, cache)
+    check_device(NAME, "cache", cache)
     num_blocks, block_size, width = cache.shape
     if num_blocks < 1 or block_size < 1 or width < 1:
         raise ValueError(f"{NAME}: cache must have at least one block, slot and column, got shape {tuple(cache.shape)}")

@@ -47,8 +47,9 @@ and two barriers per chunk): negligible for a few thousand requests against the 
 binary-searching it) would add a launch and a dependent global read per row, which matters most
 at decode sizes, where the launch is the cost.
 
-Work per row: bf16 rows are split like outlier_detection's rows (up to 8 vectors per thread, a
-power-of-two lane group below a warp, whole warps above). A record takes one lane per 16 bytes of
+Work per row: bf16 rows are split like outlier_detection's rows (up to 8 vectors per thread, 16
+for rows past 8192 values at 2-byte vectors; a power-of-two lane group below a warp, whole warps
+above). A record takes one lane per 16 bytes of
 latent codes (16 lanes for FP4, a warp for FP8), and lanes 0..7 copy one 16-byte piece of the rope
 each. The latent is dequantised in 8-value output vectors dealt round-robin: lane l of n makes
 vectors l, l + n, ... (FP4: one 32-bit word of 8 codes and one UE8M0 byte each; FP8: 8 e4m3 bytes
@@ -154,9 +155,9 @@ def record_config(records: layout.RecordLayout) -> LoadConfig:
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,) for bf16]} covering every path: plain bf16 rows
     (H = 1, the interface's canonical strides) of 16-byte vectors split over 16 lanes with a
-    partial last step (576), whole steps (512), two warps per row (4096), several metadata rounds
-    per thread (128: a 256-row tile), the most steps (16384 at 2-byte vectors: 1024 threads x 16),
-    an odd width; per-head caches: NHD, HND (its transpose view), block-strided MLA rows (one half
+    partial last step (576), whole steps (512), two warps per row (4096), the most steps (16384
+    at 2-byte vectors: 1024 threads x 16), an odd width (7: a lane a row, so a 512-row tile and
+    two metadata rounds per thread); per-head caches: NHD, HND (its transpose view), block-strided MLA rows (one half
     of a K/V-interleaved allocation), 128 heads x 128, odd heads at 4-byte vectors; both index
     dtypes for lengths and starts, no starts, block sizes 1, 5, 16, 64; both record layouts, dense
     and block-strided."""

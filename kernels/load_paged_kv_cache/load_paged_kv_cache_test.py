@@ -465,7 +465,7 @@ def _bad_inputs():
         ("cache-no-blocks", dict(cache=cache[:0]), ValueError, "cache must have at least one block"),
         ("cache-too-wide", dict(cache=torch.zeros(1, 1, 16385, dtype=torch.bfloat16)), ValueError, "cache has row width 16385"),
         ("cache-record-width", dict(cache=fp4[:, :, :399].contiguous()), ValueError, "must hold 400-byte records"),
-        ("cache-on-meta", dict(cache=cache.to("meta")), ValueError, "tensors on meta are not supported"),
+        ("cache-on-meta", dict(cache=cache.to("meta")), ValueError, "cache is on meta; tensors on meta are not supported"),
         ("table-int64", dict(block_table=table.long()), TypeError, "block_table has dtype torch.int64"),
         ("table-1d", dict(block_table=table[0]), ValueError, "block_table must be 2-D"),
         ("table-strided", dict(block_table=random_table(2, 6, 4)[:, ::2]), ValueError, "block_table must be contiguous"),

@@ -314,7 +314,7 @@ def _bad_inputs():
         ("out-strided", dict(x=x, weight=w, out=poisoned((6, 16), bf, "cpu")[:, ::2]), ValueError, "out must be contiguous"),
         ("out-is-x", dict(x=shared, weight=w, out=shared), ValueError, "out overlaps x"),
         ("out-overlaps-weight", dict(x=x, weight=shared[0], out=shared), ValueError, "out overlaps weight"),
-        ("x-on-meta", dict(x=x.to("meta"), weight=w.to("meta")), ValueError, "tensors on meta are not supported"),
+        ("x-on-meta", dict(x=x.to("meta"), weight=w.to("meta")), ValueError, "x is on meta; tensors on meta are not supported"),
     ]
     plain = [(f"rms_norm-{n}", api.rms_norm, kw, e, m) for n, kw, e, m in common]
     # The fused function gets the same cases with a valid residual (on x's device, so the error is

@@ -87,7 +87,7 @@ def _row_outputs(name: str, x: torch.Tensor, out) -> tuple[torch.Tensor, ...]:
     if not isinstance(out, (tuple, list)) or len(out) != len(ROW_OUTPUTS):
         raise TypeError(f"{name}: out must be a tuple ({', '.join(ROW_OUTPUTS)}), got {type(out).__name__}")
     for field, t, (shape, dtype) in zip(ROW_OUTPUTS, out, specs):
-        check_out(name, f"out.{field}", t, shape, dtype, x)
+        check_out(name, f"out.{field}", t, shape, dtype, x, required=True)
     return tuple(out)
 
 
@@ -123,8 +123,10 @@ def detect_outlier_rows(
             arrivals = stream_counters(name, x.device, 1)
             factory(*static, x_align=base_alignment(xk))(xk, thr, absmax, flag, flagged_rows, count, arrivals)
             return absmax, flag, flagged_rows, count
-    tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk))(xk, thr, absmax, flag)
-    tl.ops.outlier_compact_tl()(flag, flagged_rows, count)
+    # Both kernels are built before the first writes anything.
+    rows, compact = tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk)), tl.ops.outlier_compact_tl()
+    rows(xk, thr, absmax, flag)
+    compact(flag, flagged_rows, count)
     return absmax, flag, flagged_rows, count
 
 
@@ -139,12 +141,12 @@ def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | Non
     if is_host(x) and n > 0:
         counts.copy_(ref.outlier_columns_ref(x, threshold))
         return counts
-    # The kernel adds into counts.
-    counts.zero_()
     if n == 0:
-        return counts
+        return counts.zero_()
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
     columns = tl.ops.outlier_columns_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
+    # The kernel adds into counts; zeroed only once nothing can fail any more.
+    counts.zero_()
     columns(xk, scalar_tensor(threshold, thr32, x), counts)
     return counts

@@ -185,6 +185,8 @@ def test_ref_threshold_is_compared_in_float32():
     assert flag.tolist() == [False, True] and flagged_rows.tolist() == [1, -1] and count.tolist() == [1]
     assert ref.outlier_columns_ref(x, 0.1).tolist() == [0, 0, 1, 0]
     assert ref.fp32_threshold(1e39) == INF and ref.fp32_threshold(-1e39) == -INF
+    # Beyond a double's range too (an int float() cannot convert).
+    assert ref.fp32_threshold(10**400) == INF and ref.fp32_threshold(-(10**400)) == -INF
 
 
 @pytest.mark.ref
@@ -270,6 +272,25 @@ def test_row_dispatch(monkeypatch, t, one_launch):
 
 
 @pytest.mark.ref
+@pytest.mark.parametrize("missing", ["outlier_columns_tl", "outlier_compact_tl"])
+def test_a_missing_kernel_writes_nothing(monkeypatch, missing):
+    # Every kernel a call launches is built before the first launch writes: a backend without one
+    # (LookupError, as the dispatcher raises) leaves the caller's outputs as they were.
+    import types
+
+    ops = _RecordingOps(missing=("outlier_rows_compact_tl", missing))
+    monkeypatch.setattr(api, "is_host", lambda x: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, x: types.SimpleNamespace(ops=ops))
+    x = random_rows(6, 24, torch.bfloat16)
+    if missing == "outlier_columns_tl":
+        call, out = api.count_outlier_columns, poisoned((24,), torch.int32, "cpu")
+    else:
+        call, out = api.detect_outlier_rows, _row_outputs(6, "cpu")
+    assert_rejected_without_writes(call, dict(x=x, threshold=1.0, out=out), LookupError, missing, out if isinstance(out, tuple) else [out])
+    assert ops.calls == []
+
+
+@pytest.mark.ref
 def test_empty_batch_is_well_defined(monkeypatch):
     def fail(*_, **__):
         raise AssertionError("an empty batch must not reach the reference or a kernel")
@@ -302,7 +323,7 @@ def _bad_inputs():
         ("x-no-columns", dict(x=x[:, :0]), ValueError, "x has width 0"),
         ("x-last-dim-strided", dict(x=wide[:, ::2]), ValueError, "last dimension must be contiguous"),
         ("x-overlapping-rows", dict(x=wide.as_strided((6, 8), (4, 1))), ValueError, "row stride 4"),
-        ("x-on-meta", dict(x=x.to("meta"), threshold=thr.to("meta")), ValueError, "tensors on meta are not supported"),
+        ("x-on-meta", dict(x=x.to("meta"), threshold=thr.to("meta")), ValueError, "x is on meta; tensors on meta are not supported"),
         ("threshold-nan", dict(x=x, threshold=NAN), ValueError, "threshold must not be NaN"),
         ("threshold-bool", dict(x=x, threshold=True), TypeError, "threshold must be a real number"),
         ("threshold-string", dict(x=x, threshold="1"), TypeError, "threshold must be a real number"),
@@ -341,6 +362,7 @@ def _bad_inputs():
         row("count-0d", ValueError, "out.count must be (1,)", out=rows_with(3, cpu((), torch.int32))),
         row("ids-strided", ValueError, "out.flagged_rows must be contiguous", out=rows_with(2, cpu((12,), torch.int32)[::2])),
         row("ids-not-tensor", TypeError, "out.flagged_rows must be a torch.Tensor", out=rows_with(2, [0] * 6)),
+        row("flag-none", TypeError, "out.flag must be a torch.Tensor, got NoneType", out=rows_with(1, None)),
         row("absmax-is-x", ValueError, "out.absmax overlaps x", x=shared, out=rows_with(0, shared[0, :6])),
         row("count-in-ids", ValueError, "out.flagged_rows overlaps out.count", out=rows_out()[:2] + (ids, ids[:1])),
         row("absmax-on-thr", ValueError, "out.absmax overlaps threshold", threshold=shared[1, :1], out=rows_with(0, shared[1, :6])),

@@ -44,7 +44,10 @@ def fp32_threshold(threshold, name: str = "outlier_detection") -> float:
     real number (bool excluded); ValueError if NaN. Values beyond the fp32 range become +-inf."""
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
         raise TypeError(f"{name}: threshold must be a real number or a (1,) float32 tensor, got {type(threshold).__name__}")
-    value = float(threshold)
+    try:
+        value = float(threshold)
+    except OverflowError:  # an int or Fraction beyond a double's range
+        value = math.inf if threshold > 0 else -math.inf
     if math.isnan(value):
         raise ValueError(f"{name}: threshold must not be NaN")
     try:

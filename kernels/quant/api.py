@@ -14,14 +14,17 @@
 
 x, w         (T, D) bfloat16 | float16 | float32, D >= 1; rows may be strided (a view of a wider
              tensor) but the last dimension must be contiguous.
-group_size   16, 32, 64 or 128 (must divide D), or None for one scale per token (D <= 16384 on
-             an accelerator).
-q            (T, D) float8_e4m3fn. FP8 scales: fp32 (T, D/g), row-major ("row") or DeepGEMM's
-             TMA-aligned column-major layout ("tma_col": strides (1, T_pad), T_pad = T rounded up
-             to 4; the padding is never written). Block scales: (ceil(N/128), ceil(K/128)) fp32.
-packed       (T, D/2) uint8, two e2m1 codes per byte, the even element in the low nibble.
+group_size   16, 32, 64 or 128 (must divide D), or None for one scale per token (quant_fp8:
+             D <= 16384 on an accelerator).
+q            (T, D) float8_e4m3fn, contiguous. FP8 scales: fp32 (T, D/g), row-major ("row") or
+             DeepGEMM's TMA-aligned column-major layout ("tma_col": strides (1, T_pad), T_pad = T
+             rounded up to 4; the padding is never written). Block scales: (ceil(N/128),
+             ceil(K/128)) fp32, contiguous.
+packed       (T, D/2) uint8, contiguous, two e2m1 codes per byte, the even element in the low
+             nibble; its FP4 scales contiguous too.
 FP4 scales   NVFP4: (T, D/16) float8_e4m3fn with a (1,) fp32 global scale tensor on x's device
-             (no host sync; fp4_global_scale gives the usual amax(x) / (6 * 448)). MX: (T, D/32)
+             (no host sync; fp4_global_scale gives the usual amax(x) / (6 * 448), an x without
+             elements counting as amax 0). MX: (T, D/32)
              uint8 UE8M0 exponents (scale = 2 ** (byte - 127)).
 out, scale_out  optional caller buffers: contiguous (T, D) / (T, D/2) outputs of the output dtype;
              scale_out of the scale dtype with the layout's strides (a smaller buffer is rejected).

@@ -657,7 +657,7 @@ def _bad_inputs():
         ("quant_fp8-x-float64", api.quant_fp8, dict(x=x.double()), TypeError, "x has dtype torch.float64"),
         ("quant_fp8-x-1d", api.quant_fp8, dict(x=x[0]), ValueError, "x must be 2-D"),
         ("quant_fp8-x-last-dim-strided", api.quant_fp8, dict(x=wide[:, ::2]), ValueError, "last dimension must be contiguous"),
-        ("quant_fp8-x-meta", api.quant_fp8, dict(x=x.to("meta")), ValueError, "tensors on meta are not supported"),
+        ("quant_fp8-x-meta", api.quant_fp8, dict(x=x.to("meta")), ValueError, "x is on meta; tensors on meta are not supported"),
         ("quant_fp8-x-no-columns", api.quant_fp8, dict(x=x[:, :0]), ValueError, "x must have at least one column"),
         ("quant_fp8-group-not-dividing", api.quant_fp8, dict(x=x[:, :200]), ValueError, "group_size 128 does not divide D 200"),
         ("quant_fp8-group-unsupported", api.quant_fp8, dict(x=x, group_size=256), ValueError, "group_size must be one of"),

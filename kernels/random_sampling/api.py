@@ -15,7 +15,11 @@ seed, offset (B,) int64, contiguous, on the input's device: the request's noise 
              offset) -> same noise -> same token on every run, whatever else is in the batch.
 temperature  None (t = 1 for every row) or (B,) float32, contiguous, on logits' device: rows with
              0 < t < inf sample from softmax(l / t); t <= 0, NaN or +inf select greedy argmax.
-out          None or a caller-owned (B,) int64 contiguous tensor on the input's device.
+out          None or a caller-owned (B,) int64 contiguous tensor on the input's device that
+             overlaps no input (compared by the byte ranges they span, so an out inside the padding
+             of strided rows counts as overlapping).
+vocab_size   exponential_noise's V: an int in [0, 2**31 - 1]; there seed and offset need not be
+             contiguous.
 Returns token (B,) int64: the sampled id, ties to the lowest id; -1 for a row with nothing to draw
 (every prob <= 0 / NaN, every logit -inf / NaN). The exact rules are kernels/random_sampling/ref.py
 (the contract); the kernel matches it token for token.
@@ -30,8 +34,8 @@ B * ceil(V / ref.CHUNK) * 8 bytes) and a per-device, per-stream counter array. B
 wave of one row an SM is nearly full, and rows of more than MAX_CHUNKS chunks (use_row_kernel),
 take the row kernel, one block a row and no workspace. Tokens are the same either way (the
 contract's). No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one compile
-per kernel, source, dtype and load width. Ascend tensors run one block per request
-(kernels/random_sampling/asc.py). CPU tensors are served by the PyTorch reference. Invalid
+per kernel, source, dtype and load width. Ascend tensors run one persistent block per vector core
+over the rows (kernels/random_sampling/asc.py). CPU tensors are served by the PyTorch reference. Invalid
 arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
 launches nothing.
 
@@ -174,7 +178,7 @@ def random_sample_logits(
 def exponential_noise(seed: torch.Tensor, offset: torch.Tensor, vocab_size: int) -> torch.Tensor:
     name = "exponential_noise"
     check_tensor(name, "seed", seed, dtypes=[torch.int64], dim=1)
-    check_device(name, seed)
+    check_device(name, "seed", seed)
     check_tensor(name, "offset", offset, dtypes=[torch.int64], shape=tuple(seed.shape), like=seed)
     check_int(name, "vocab_size", vocab_size, 0)
     return ref.exponential_noise(seed, offset, vocab_size)

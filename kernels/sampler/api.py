@@ -14,7 +14,8 @@ top_k        (B,) int32 or int64: keep the k largest (ties at the k-th all kept)
 top_p        (B,) float32: keep the smallest set of largest probabilities whose mass reaches top_p
              (integer masses, see ref.py; ties at the threshold all kept); top_p >= 1 or NaN
              disables it, top_p <= 0 keeps the maximum and its ties.
-min_p        (B,) float32: keep probabilities >= min_p * the largest; min_p <= 0 or NaN disables it.
+min_p        (B,) float32: keep probabilities >= min(min_p, 1) * the largest; min_p <= 0 or NaN
+             disables it.
 seed, offset (B,) int64: the request's noise counters. Same inputs and counters -> same token on
              every run and in any batch.
 All of these are contiguous tensors on logits' device (device tensors: a captured CUDA graph
@@ -22,7 +23,9 @@ samples with new parameters when they change).
 return_logprobs  also return the token's log-probability under softmax(l / t) (softmax(l) for
              greedy rows) before filtering.
 out          None or caller-owned (tokens (B,) int64, logprobs (B,) float32 or None, empty (B,) bool),
-             contiguous, on logits' device; logprobs is a tensor exactly when return_logprobs.
+             contiguous, on logits' device; logprobs is a tensor exactly when return_logprobs. No
+             output may overlap an input or another output (compared by the byte ranges they span,
+             so an output inside the padding of strided logits counts as overlapping).
 Returns SamplerOutput(tokens, logprobs, empty): tokens (B,) int64 in [-1, V), -1 for a row without
 a logit above -inf (NaN counts as -inf; flagged in empty); a row holding +inf (or whose l / t
 overflows) gives the lowest such id, logprob 0; logprobs (B,) float32 (NaN for empty rows), or None
@@ -83,11 +86,11 @@ def _outputs(name: str, out, n: int, like: torch.Tensor, return_logprobs: bool) 
     if not isinstance(out, tuple) or len(out) != 3:
         raise TypeError(f"{name}: out must be a (tokens, logprobs, empty) tuple, got {type(out).__name__}")
     tokens, logprobs, empty = out
-    check_out(name, "out tokens", tokens, (n,), torch.int64, like)
+    check_out(name, "out tokens", tokens, (n,), torch.int64, like, required=True)
     if return_logprobs != (logprobs is not None):
         raise ValueError(f"{name}: out logprobs must be a tensor exactly when return_logprobs is True")
     check_out(name, "out logprobs", logprobs, (n,), torch.float32, like)
-    check_out(name, "out empty", empty, (n,), torch.bool, like)
+    check_out(name, "out empty", empty, (n,), torch.bool, like, required=True)
     return SamplerOutput(tokens, logprobs, empty)
 
 

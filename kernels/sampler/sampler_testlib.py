@@ -103,6 +103,8 @@ def bad_inputs():
         case("out-empty-meta", ValueError, "out empty must be (3,) torch.bool on cpu", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.bool, device="meta"))),
         case("out-empty-uint8", ValueError, "out empty must be (3,) torch.bool", out=(poisoned((B,), I64, "cpu"), poisoned((B,), torch.float32, "cpu"), torch.ones(B, dtype=torch.uint8))),
         case("out-logprobs-unasked", ValueError, "out logprobs must be a tensor exactly when return_logprobs", return_logprobs=False),
+        case("out-tokens-none", TypeError, "out tokens must be a torch.Tensor, got NoneType", out=(None, *poisoned_out(B, "cpu")[1:])),
+        case("out-empty-none", TypeError, "out empty must be a torch.Tensor, got NoneType", out=(*poisoned_out(B, "cpu")[:2], None)),
     ]
 
 

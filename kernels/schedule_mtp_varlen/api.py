@@ -1,9 +1,10 @@
 """Interface of `schedule_mtp_varlen`: the next varlen step's schedule after an MTP verification step,
 computed on the device in one launch.
 
-    sched = tilelang_ops.schedule_mtp_varlen(seq_lens_before, num_accepted, num_draft=3,
-                                             block_size=64, num_sm_parts=132, num_tokens=None,
+    sched = tilelang_ops.schedule_mtp_varlen(seq_lens_before, num_accepted, num_draft=K,
+                                             block_size=BS, num_sm_parts=P, num_tokens=None,
                                              out=None)
+    (num_draft, block_size and num_sm_parts are required keyword arguments)
     sched.new_seq_lens, sched.query_start_loc, sched.positions, sched.request_ids,
     sched.last_hidden_rows, sched.tile_metadata, sched.num_splits
 
@@ -14,8 +15,8 @@ num_draft        k, draft tokens per request, an int in [0, 15]; every request r
                  tokens in the verification step and in the next one.
 block_size       KV block size of the attention split, an int in [1, 4096].
 num_sm_parts     parts of the attention work split, an int in [1, 1024] (FlashMLA's num_sm_parts).
-num_tokens       the fixed (CUDA-graph padded) length of positions / request_ids, an int >= 0,
-                 default B * (1 + k).
+num_tokens       the fixed (CUDA-graph padded) length of positions / request_ids, an int in
+                 [0, 2**31 - 1], default B * (1 + k).
 out              caller-owned outputs: an MtpSchedule (or tuple in its order) of contiguous int32
                  tensors of exactly the shapes below.
 B                at most 4096 (the device kernel holds the batch's block prefix on chip).
@@ -79,7 +80,7 @@ def schedule_mtp_varlen(
     out: MtpSchedule | tuple[torch.Tensor, ...] | None = None,
 ) -> MtpSchedule:
     check_tensor(NAME, "seq_lens_before", seq_lens_before, dtypes=INDEX_DTYPES, dim=1, contiguous=True)
-    check_device(NAME, seq_lens_before)
+    check_device(NAME, "seq_lens_before", seq_lens_before)
     n_req = seq_lens_before.shape[0]
     check_tensor(NAME, "num_accepted", num_accepted, dtypes=INDEX_DTYPES, like=seq_lens_before, contiguous=True)
     if tuple(num_accepted.shape) != (n_req,):

@@ -222,7 +222,7 @@ def _bad_inputs():
         case("lens-list", TypeError, "seq_lens_before must be a torch.Tensor", seq_lens_before=[5, 9, 0]),
         case("lens-2d", ValueError, "seq_lens_before must be 1-D", seq_lens_before=s[None]),
         case("lens-strided", ValueError, "seq_lens_before must be contiguous", seq_lens_before=torch.zeros(6, dtype=i32)[::2]),
-        case("lens-meta", ValueError, "tensors on meta are not supported", seq_lens_before=s.to("meta")),
+        case("lens-meta", ValueError, "seq_lens_before is on meta; tensors on meta are not supported", seq_lens_before=s.to("meta")),
         case("acc-int16", TypeError, "num_accepted has dtype torch.int16", num_accepted=a.to(torch.int16)),
         case("acc-short", ValueError, "num_accepted must have shape (3,)", num_accepted=a[:2]),
         case("acc-other-device", ValueError, "num_accepted is on meta", num_accepted=a.to("meta")),

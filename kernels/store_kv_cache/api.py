@@ -6,8 +6,8 @@
 
 kv             MLA latent rows: (T, D) bfloat16 or float16 (float16 only into a plain cache), rows
                may be strided (a view of a wider tensor), last dimension contiguous.
-               Per head: k (T, H, Dh) bfloat16 or float16, any token and head strides, last
-               dimension contiguous; 1 <= H * Dh <= 16384 (and 1 <= D <= 16384 for plain MLA rows).
+               Per head: k (T, H, Dh) bfloat16 or float16, any positive token and head strides
+               (no broadcast views), last dimension contiguous; 1 <= H * Dh <= 16384 (and 1 <= D <= 16384 for plain MLA rows).
 cache          the layout follows the cache's dtype and rank (kernels/store_kv_cache/ref.py):
                (num_blocks, block_size, D) of kv's dtype: rows stored as they are;
                (num_blocks, block_size, 400) torch.float4_e2m1fn_x2: FP4 records of 576-wide rows;
@@ -104,7 +104,7 @@ def _check_mla(kv, cache, v, v_cache, layout: str) -> None:
 
 def _check_heads(kv, cache, v, v_cache, layout: str) -> None:
     check_tensor(NAME, "kv", kv, dtypes=DTYPES, dim=3)
-    check_device(NAME, kv)
+    check_device(NAME, "kv", kv)
     t, h, dh = kv.shape
     if dh > 1 and kv.stride(2) != 1:
         raise ValueError(f"{NAME}: kv's last dimension must be contiguous (stride 1), got strides {kv.stride()}")

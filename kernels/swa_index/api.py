@@ -1,8 +1,8 @@
 """Interface of `swa_index`: the KV slots of every query token's sliding window, on device, fixed-size.
 
     slots, valid_len, first_block, replay_start, replay_end = tilelang_ops.swa_index(
-        query_start_loc, positions, block_table, seq_lens, window=W, block_size=64,
-        pad="minus_one", out=None)
+        query_start_loc, positions, block_table, seq_lens, window=W, block_size=BS,
+        pad="minus_one", out=None)                   # window, block_size: required keywords
 
 query_start_loc  (B + 1,) int32 or int64, contiguous, non-decreasing (not checked: see ref.py).
 positions        (T,) int32 or int64, contiguous: each query token's position; MTP tokens of one
@@ -33,7 +33,8 @@ CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by
 CUDA-graph capturable; T, B, max_blocks and W are dynamic, one compile per block_size, pad and
 index dtypes). Its grid holds tokens and requests on the y dimension, which CUDA caps at 65535
 blocks: a CUDA call with T, B >= 1 needs ceil(T / 8) + ceil(B / 256) <= 65535 (T <= 524,272 for
-B <= 256), else it raises ValueError naming positions (check_cuda_grid). CPU tensors are served by
+B <= 256), else it raises ValueError naming positions (or query_start_loc, when B alone is too
+many: B > 65534 * 256; check_cuda_grid). CPU tensors are served by
 the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the argument before
 anything is written. An empty batch (B == 0) or T == 0 launches no kernel: torch fills the outputs
 with what the reference defines.
@@ -71,8 +72,15 @@ CUDA_REQUESTS_PER_ROW = 256
 
 def check_cuda_grid(name: str, n_tok: int, n_req: int) -> None:
     """Raises ValueError naming positions when the CUDA kernel's grid y,
-    ceil(T / CUDA_TOKENS_PER_ROW) + ceil(B / CUDA_REQUESTS_PER_ROW), exceeds CUDA_MAX_GRID_Y."""
+    ceil(T / CUDA_TOKENS_PER_ROW) + ceil(B / CUDA_REQUESTS_PER_ROW), exceeds CUDA_MAX_GRID_Y, or
+    naming query_start_loc when the requests' rows leave no row for a token."""
     request_rows = -(-n_req // CUDA_REQUESTS_PER_ROW)
+    if request_rows >= CUDA_MAX_GRID_Y:
+        raise ValueError(
+            f"{name}: query_start_loc has B = {n_req} requests; the CUDA kernel takes at most "
+            f"{(CUDA_MAX_GRID_Y - 1) * CUDA_REQUESTS_PER_ROW} (ceil(B / {CUDA_REQUESTS_PER_ROW}) rows of grid y, "
+            f"one of CUDA's {CUDA_MAX_GRID_Y} left for the tokens)"
+        )
     if -(-n_tok // CUDA_TOKENS_PER_ROW) + request_rows > CUDA_MAX_GRID_Y:
         most = max(CUDA_MAX_GRID_Y - request_rows, 0) * CUDA_TOKENS_PER_ROW
         raise ValueError(

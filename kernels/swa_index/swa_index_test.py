@@ -198,6 +198,14 @@ def test_cuda_grid_limit_on_tokens(n_req, most):
 
 
 @pytest.mark.ref
+def test_cuda_grid_limit_on_requests():
+    # Requests alone may fill grid y but for one row (8 tokens); one request more names the batch.
+    api.check_cuda_grid("swa_index", 8, 65534 * 256)
+    with pytest.raises(ValueError, match=f"query_start_loc has B = {65534 * 256 + 1} requests; the CUDA kernel takes at most {65534 * 256}"):
+        api.check_cuda_grid("swa_index", 1, 65534 * 256 + 1)
+
+
+@pytest.mark.ref
 def test_cpu_interface_has_no_cuda_grid_limit():
     # One token past the CUDA kernel's grid: the reference serves CPU tensors at any T.
     n = 524273
