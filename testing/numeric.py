@@ -35,6 +35,18 @@ def poisoned(shape, dtype: torch.dtype, device) -> torch.Tensor:
     return out
 
 
+# Two fills for outputs whose every byte value is legal (packed FP4 codes, UE8M0 or e4m3 scale
+# bytes): no expected byte equals both, so an element left unwritten fails under one of them.
+BYTE_POISONS = (0x7F, 0x80)
+
+
+def byte_poisoned(shape, dtype: torch.dtype, device, byte: int) -> torch.Tensor:
+    """A fresh tensor with every byte set to `byte` (one of BYTE_POISONS)."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    out.view(torch.uint8).fill_(byte)
+    return out
+
+
 def assert_bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, what: str = "output") -> None:
     """Exact comparison of shape, dtype and every bit (NaN payloads and -0.0 included)."""
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"

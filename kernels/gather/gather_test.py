@@ -98,6 +98,7 @@ def _bad_inputs():
     x = random_rows(6, 8, torch.bfloat16)
     i = random_index(5, 6, torch.int32)
     wide = random_rows(6, 16, torch.bfloat16)
+    shared = torch.zeros(8, dtype=torch.int32)  # valid indices (0) and an int32 out in one buffer
     return [
         ("x-not-tensor", dict(x=x.tolist(), index=i), TypeError, "x must be a torch.Tensor"),
         ("x-float64", dict(x=x.double(), index=i), TypeError, "x has dtype torch.float64"),
@@ -113,6 +114,7 @@ def _bad_inputs():
         ("out-wrong-dtype", dict(x=x, index=i, out=poisoned((5, 8), torch.float16, "cpu")), ValueError, "out must be (5, 8)"),
         ("out-strided", dict(x=x, index=i, out=poisoned((5, 16), torch.bfloat16, "cpu")[:, ::2]), ValueError, "out must be contiguous"),
         ("out-is-x", dict(x=x, index=i, out=x[1:6]), ValueError, "out overlaps x"),
+        ("out-is-index", dict(x=torch.randint(0, 9, (6, 1), dtype=torch.int32), index=shared[:5], out=shared[:5].view(5, 1)), ValueError, "out overlaps index"),
     ]
 
 

@@ -106,6 +106,11 @@ def assert_norm_close(actual: torch.Tensor, expected: torch.Tensor, max_ulp: int
     if not torch.equal(nan_a, nan_e):
         idx = (nan_a != nan_e).nonzero()[0].tolist()
         raise AssertionError(f"{what}: NaN mismatch at {idx}: got {a[tuple(idx)]!r}, expected {e[tuple(idx)]!r}")
+    inf_a, inf_e = torch.isinf(a.float()), torch.isinf(e.float())
+    # One ulp from the largest finite value is already inf: infinities must match exactly.
+    if not torch.equal(inf_a, inf_e) or not torch.equal(a[inf_e], e[inf_e]):
+        idx = ((inf_a != inf_e) | (inf_e & (a != e))).nonzero()[0].tolist()
+        raise AssertionError(f"{what}: inf mismatch at {idx}: got {a[tuple(idx)]!r}, expected {e[tuple(idx)]!r}")
     keep = ~nan_e
     dist = ulp_distance(a[keep], e[keep])
     if dist.numel() and int(dist.max()) > max_ulp:
@@ -500,6 +505,16 @@ def _poisoned_scale(t: int, groups: int, layout: str, device="cpu") -> torch.Ten
     return poisoned((groups, formats.tma_aligned_rows(t)), torch.float32, device).t()[:t]
 
 
+def assert_scale_padding_untouched(scale: torch.Tensor, layout: str, what: str) -> None:
+    """A tma_col scale view's padding rows T..T_pad-1 (in the buffer behind the (T, groups) view)
+    still hold _poisoned_scale's NaN: the kernels never write them."""
+    t, groups = scale.shape
+    t_pad = formats.tma_aligned_rows(t)
+    if layout == "tma_col" and t_pad > t:
+        padding = scale.as_strided((groups, t_pad), (t_pad, 1))[:, t:]
+        assert torch.isnan(padding).all(), f"{what}: a padding row of the tma_col scales was written"
+
+
 @pytest.mark.ref
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("layout", ["row", "tma_col"])
@@ -523,6 +538,7 @@ def test_cpu_fp8_interface_writes_every_output(residual, layout, t):
     assert got[0] is q and got[1] is scale and got[2] is y
     assert_fp8_equal(q, q_ref)
     assert_bitwise_equal(scale, scale_ref, what="scale")
+    assert_scale_padding_untouched(scale, layout, "cpu interface")
     assert_bitwise_equal(y, y_ref, what="y")
 
 
@@ -897,11 +913,28 @@ DEVICE_D = [128, 576, 1536, 2880, 4096, 7168, 16384]
 DEVICE_T = [0, 1, 7, 65, 4096]
 
 
-def _check_device(device, dtype, t, d, *, residual: bool, row_stride=None, col_offset=0, eps=1e-6, x=None):
+# A second poison for outputs whose rows may rightly be all NaN (a NaN input row): no norm output
+# reaches it (|y| <= sqrt(D) * max|w|, a few hundred here), and -0.0 (0x80) for e4m3 codes.
+FINITE_POISON = -60000.0
+FINITE_POISON_E4M3 = 0x80
+
+
+def _output(shape, dtype, device, finite_poison: bool) -> torch.Tensor:
+    """A poisoned output: NaN (0x7F for e4m3), or the finite poison when finite_poison."""
+    if not finite_poison:
+        return poisoned(shape, dtype, device)
+    if dtype == torch.float8_e4m3fn:
+        out = torch.empty(shape, dtype=dtype, device=device)
+        out.view(torch.uint8).fill_(FINITE_POISON_E4M3)
+        return out
+    return torch.full(shape, FINITE_POISON, dtype=dtype, device=device)
+
+
+def _check_device(device, dtype, t, d, *, residual: bool, row_stride=None, col_offset=0, eps=1e-6, x=None, finite_poison=False):
     if x is None:
         x = random_rows(t, d, dtype, device=device, row_stride=row_stride, col_offset=col_offset)
     w = random_weight(d, dtype, device=device)
-    out = poisoned((t, d), dtype, device)
+    out = _output((t, d), dtype, device, finite_poison)
     tol = _ulp_bound(dtype, FP32_KERNEL_ULP)
     what = f"{'add_' if residual else ''}rms_norm {dtype} T={t} D={d}"
     if residual:
@@ -948,9 +981,11 @@ def test_device_strided_and_misaligned_rows(device, residual, dtype, d, row_stri
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("d", [576, 7168])
 def test_device_special_rows(device, residual, dtype, d):
-    # Zero, huge, tiny (subnormal: no flush to zero), NaN and Inf rows next to normal ones.
+    # Zero, huge, tiny (subnormal: no flush to zero), NaN and Inf rows next to normal ones; twice,
+    # since a NaN row's expected output equals the NaN poison.
     x, _ = _special_rows(d, dtype)
-    _check_device(device, dtype, x.shape[0], d, residual=residual, x=x.to(device))
+    for finite_poison in (False, True):
+        _check_device(device, dtype, x.shape[0], d, residual=residual, x=x.to(device), finite_poison=finite_poison)
 
 
 @pytest.mark.device
@@ -1028,7 +1063,7 @@ def test_device_cuda_graph_replay(device, backend, residual):
 
 
 def _check_device_fp8(
-    device, dtype, t, d, group_size, *, residual, ue8m0=False, layout="row", row_stride=None, col_offset=0, x=None
+    device, dtype, t, d, group_size, *, residual, ue8m0=False, layout="row", row_stride=None, col_offset=0, x=None, finite_poison=False
 ):
     if x is None:
         x = random_rows(t, d, dtype, device=device, row_stride=row_stride, col_offset=col_offset)
@@ -1043,9 +1078,9 @@ def _check_device_fp8(
         _, _, y_ref = ref.rms_norm_fp8_ref(x, w, 1e-6, group, ue8m0)
     results = []
     for return_y in (True, False):
-        q = poisoned((t, d), torch.float8_e4m3fn, device)
+        q = _output((t, d), torch.float8_e4m3fn, device, finite_poison)
         scale = _poisoned_scale(t, d // group, layout, device)
-        y = poisoned((t, d), dtype, device) if return_y else None
+        y = _output((t, d), dtype, device, finite_poison) if return_y else None
         res = res0.clone()
         call = dict(return_y=return_y, out=q, scale_out=scale, y_out=y, **opts)
         got = api.add_rms_norm_fp8(x, res, w, **call) if residual else api.rms_norm_fp8(x, w, **call)
@@ -1057,6 +1092,8 @@ def _check_device_fp8(
     assert_norm_close(y, y_ref, _ulp_bound(dtype, FP32_KERNEL_ULP), what=f"{what} y")
     q_own, scale_own = ref.quantize_fp8_ref(y.cpu(), group, ue8m0)
     assert_bitwise_equal(scale, scale_own, what=f"{what} scale")  # the (T, groups) view: no padding
+    for s in (scale, scale_no_y):
+        assert_scale_padding_untouched(s, layout, what)
     assert_fp8_equal(q, q_own, what=f"{what} q")
     assert_bitwise_equal(scale_no_y, scale, what=f"{what} scale without y")
     assert_fp8_equal(q_no_y, q, what=f"{what} q without y")
@@ -1119,7 +1156,8 @@ def test_device_fp8_strided_and_misaligned_rows(device, residual, dtype, d, row_
 def test_device_fp8_special_rows(device, residual, group_size):
     # Zero, huge, tiny, NaN and Inf rows (ref.py's defined FP8 behaviour) next to normal ones.
     x, _ = _special_rows(7168, torch.bfloat16)
-    _check_device_fp8(device, torch.bfloat16, x.shape[0], 7168, group_size, residual=residual, x=x.to(device))
+    for finite_poison in (False, True):
+        _check_device_fp8(device, torch.bfloat16, x.shape[0], 7168, group_size, residual=residual, x=x.to(device), finite_poison=finite_poison)
 
 
 @pytest.mark.device

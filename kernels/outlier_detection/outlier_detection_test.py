@@ -116,6 +116,9 @@ def test_ref_rows_match_oracle(dtype, t, d):
         # A device-scalar threshold means the same.
         tensor = torch.tensor([thr32], dtype=torch.float32)
         assert_rows_equal(ref.outlier_rows_ref(x, tensor), oracle_rows(x, thr32), f"{dtype} {t}x{d} tensor thr")
+    # A NaN threshold tensor (only a tensor can hold one): every comparison with it is false, so
+    # only the non-finite rows are flagged.
+    assert_rows_equal(ref.outlier_rows_ref(x, torch.tensor([NAN])), oracle_rows(x, NAN), f"{dtype} {t}x{d} NaN thr")
 
 
 @pytest.mark.ref
@@ -127,6 +130,7 @@ def test_ref_columns_match_oracle(dtype, t, d):
         counts = ref.outlier_columns_ref(x, thr)
         assert counts.dtype == torch.int32 and counts.shape == (d,)
         assert counts.tolist() == oracle_columns(x, ref.fp32_threshold(thr)), f"thr={thr}"
+    assert ref.outlier_columns_ref(x, torch.tensor([NAN])).tolist() == oracle_columns(x, NAN) == [0] * d
 
 
 def _special_rows(d: int, dtype: torch.dtype) -> tuple[torch.Tensor, dict[str, int]]:
@@ -578,6 +582,7 @@ def test_device_rows(device, dtype, d, t):
         _check_rows(x, thr, f"rows {dtype} T={t} D={d} thr={thr}")
     # The same through a device-scalar threshold.
     _check_rows(x, torch.tensor([0.5], device=device), f"rows {dtype} T={t} D={d} tensor thr")
+    _check_rows(x, torch.tensor([NAN], device=device), f"rows {dtype} T={t} D={d} NaN thr")
 
 
 @pytest.mark.device
@@ -586,7 +591,7 @@ def test_device_rows(device, dtype, d, t):
 @pytest.mark.parametrize("t", DEVICE_T)
 def test_device_columns(device, dtype, d, t):
     x = _device_input(t, d, dtype, device)
-    for thr in [3.0, 0.0, -1.0, INF]:
+    for thr in [3.0, 0.0, -1.0, INF, torch.tensor([NAN], device=device)]:
         _check_columns(x, thr, f"columns {dtype} T={t} D={d} thr={thr}")
 
 

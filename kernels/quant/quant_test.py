@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernels.quant import api, formats, ref
-from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import BYTE_POISONS, as_bits, assert_bitwise_equal, assert_rejected_without_writes, byte_poisoned, poisoned
 
 F32 = np.float32
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -147,7 +147,8 @@ def special_rows(d: int, dtype: torch.dtype, group: int) -> torch.Tensor:
     """Rows of edge groups between normal rows: zeros, huge, tiny, NaN, +-Inf, Inf and NaN together."""
     huge = {torch.float16: 6e4, torch.bfloat16: float(torch.finfo(torch.bfloat16).max), torch.float32: 1e30}[dtype]
     tiny = {torch.float16: 6e-8, torch.bfloat16: 1e-39, torch.float32: 1e-30}[dtype]
-    rows = [torch.randn(d), torch.zeros(d), torch.randn(d) * huge / 4, torch.full((d,), huge), torch.randn(d) * tiny]
+    # Large but finite: |randn| is clamped so that no value of the huge row overflows to Inf.
+    rows = [torch.randn(d), torch.zeros(d), torch.randn(d).clamp(-3.9, 3.9) * (huge / 4), torch.full((d,), huge), torch.randn(d) * tiny]
     nan = torch.randn(d)
     nan[1] = math.nan
     inf = torch.randn(d)
@@ -411,7 +412,8 @@ def test_e2m1_word_matches_encode_e2m1(dtype, seed):
     assert not bad.any(), f"{int(bad.sum())} differ, first v={v[bad][0].item()!r}"
 
 
-REF_SHAPES = [(1, 16), (3, 128), (5, 576), (2, 1024)]
+# Widths of one per-token scale only too (1, 7: no group divides them).
+REF_SHAPES = [(1, 16), (3, 128), (5, 576), (2, 1024), (4, 1), (3, 7)]
 
 
 @pytest.mark.ref
@@ -539,7 +541,9 @@ def test_fp4_global_scale_is_amax_over_2688():
     x = torch.tensor([[1.0, -2688.0 * 3, math.nan], [0.5, 2.0, 7.0]])
     assert ref.fp4_global_scale_ref(x).tolist() == [3.0]
     assert api.fp4_global_scale(torch.zeros(4, 16)).item() == np.float32(2688 * 2.0**-126) / np.float32(2688)
-    assert api.fp4_global_scale(torch.zeros(0, 16)).shape == (1,)
+    # No elements: amax 0, the same floor as all zeros.
+    empty = api.fp4_global_scale(torch.zeros(0, 16))
+    assert empty.shape == (1,) and empty.item() == np.float32(2688 * 2.0**-126) / np.float32(2688)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -572,6 +576,18 @@ def test_fp8_group_dispatch(monkeypatch, t, decode_shape):
     assert group_call[0] == ("quant_fp8_group_decode_tl" if decode_shape and t <= 5 else "quant_fp8_group_tl")
     assert group_call[1] == (256, 128, "bfloat16", False, "row", 264 if t > 1 else 256)
     assert token_call[0] == "quant_fp8_token_tl"
+
+
+@pytest.mark.ref
+def test_per_token_width_limit_on_an_accelerator(monkeypatch):
+    # One scale per token holds a whole row on chip: at most MAX_TOKEN_D columns off the host, any
+    # width on the CPU reference; rejected before a kernel is built or anything is written.
+    x = random_rows(2, api.MAX_TOKEN_D + 16, torch.bfloat16)
+    assert api.quant_fp8(x, None)[0].shape == x.shape
+    monkeypatch.setattr(api, "is_host", lambda x: False)
+    monkeypatch.setattr(api, "backend_ops", lambda name, x: pytest.fail("a kernel was looked up"))
+    out = poisoned(tuple(x.shape), torch.float8_e4m3fn, "cpu")
+    assert_rejected_without_writes(api.quant_fp8, dict(x=x, group_size=None, out=out), ValueError, f"x has width {api.MAX_TOKEN_D + 16}; per-token scales support at most {api.MAX_TOKEN_D}", [out])
 
 
 @pytest.mark.ref
@@ -878,6 +894,15 @@ def test_device_quant_fp8_options(device, dtype, group, ue8m0, layout, t, d, row
 
 
 @pytest.mark.device
+@pytest.mark.parametrize("d", [1, 7, 1000, api.MAX_TOKEN_D])
+@pytest.mark.parametrize("t", [1, 65])
+def test_device_quant_fp8_per_token_any_width(device, t, d):
+    # One scale per token at widths no group divides (1, 7, 1000) and at the widest supported.
+    for dtype in DTYPES:
+        _check_fp8(device, random_rows(t, d, dtype, device=device), None, False, "row")
+
+
+@pytest.mark.device
 @pytest.mark.parametrize("t", [api.DECODE_MAX_ROWS, api.DECODE_MAX_ROWS + 1])
 @pytest.mark.parametrize("layout", ["row", "tma_col"])
 def test_device_quant_fp8_both_sides_of_the_decode_shape(device, t, layout):
@@ -910,11 +935,12 @@ def _check_fp4(device, x, scale_format):
         p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
     else:
         p_ref, s_ref = ref.quant_fp4_ue8m0_ref(x)
-    out = poisoned((t, d // 2), torch.uint8, device)
-    scale_out = poisoned((t, d // group), s_ref.dtype, device)
-    api.quant_fp4(x, scale_format=scale_format, global_scale=gs, out=out, scale_out=scale_out)
-    _assert_same(out, p_ref, what + " packed")
-    _assert_same(scale_out, s_ref, what + " scale")
+    for byte in BYTE_POISONS:
+        out = byte_poisoned((t, d // 2), torch.uint8, device, byte)
+        scale_out = byte_poisoned((t, d // group), s_ref.dtype, device, byte)
+        api.quant_fp4(x, scale_format=scale_format, global_scale=gs, out=out, scale_out=scale_out)
+        _assert_same(out, p_ref, f"{what} packed (poison {byte:#x})")
+        _assert_same(scale_out, s_ref, f"{what} scale (poison {byte:#x})")
     y = api.dequant_fp4(out, scale_out, global_scale=gs, out=poisoned((t, d), torch.bfloat16, device))
     expected = ref.dequant_fp4_e4m3_ref(p_ref, s_ref, gs) if gs is not None else ref.dequant_fp4_ue8m0_ref(p_ref, s_ref)
     _assert_same(y, expected, what + " dequant")
@@ -953,11 +979,12 @@ def _check_nvfp4(device, x, gs):
     and scales equal to the reference's bit for bit."""
     t, d = x.shape
     p_ref, s_ref = ref.quant_fp4_e4m3_ref(x, gs)
-    out, scale_out = poisoned((t, d // 2), torch.uint8, device), poisoned((t, d // 16), s_ref.dtype, device)
-    api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
     what = f"gs={gs.item()!r} {x.dtype}"
-    _assert_same(out, p_ref, f"packed, {what}")
-    _assert_same(scale_out, s_ref, f"scale, {what}")
+    for byte in BYTE_POISONS:
+        out, scale_out = byte_poisoned((t, d // 2), torch.uint8, device, byte), byte_poisoned((t, d // 16), s_ref.dtype, device, byte)
+        api.quant_fp4(x, scale_format="e4m3", global_scale=gs, out=out, scale_out=scale_out)
+        _assert_same(out, p_ref, f"packed, {what} (poison {byte:#x})")
+        _assert_same(scale_out, s_ref, f"scale, {what} (poison {byte:#x})")
 
 
 @pytest.mark.device
@@ -1214,7 +1241,7 @@ def test_device_cuda_graph_replay(device, backend, kind):
         x.copy_(random_rows(t, d, torch.bfloat16, device=device))
         # Every byte of a packed FP4 q is a legal pair of codes, so one poison could match what the
         # kernel should have written; no expected byte equals both of two different poisons.
-        for byte in (0x7F, 0x80):
+        for byte in BYTE_POISONS:
             as_bits(q).fill_(byte)
             s.copy_(poisoned(tuple(s.shape), s.dtype, device))
             graph.replay()

@@ -19,7 +19,8 @@ cache          the layout follows the cache's dtype and rank (kernels/store_kv_c
                and V interleaved per block, one layer of a multi-layer pool).
 slot_mapping   (T,) int32 or int64 on kv's device, contiguous: slot = block * block_size + offset.
                slot < 0 skips the token (padding); slot >= num_blocks * block_size is never
-               written. Valid slots should be distinct (a shared slot gets one of the rows).
+               written. Valid slots must be distinct: what a shared slot ends up holding is
+               unspecified (several threads write a row, so it may mix the rows' bytes).
 v, v_cache     per-head caches only: V rows written in the same launch as K; v has k's shape,
                dtype and strides, v_cache k_cache's. Both or neither. v_cache may interleave with
                k_cache (same allocation) as long as no block of one overlaps a block of the other.

@@ -44,7 +44,8 @@ def special_rows(device="cpu") -> torch.Tensor:
     """576-wide bf16 rows with edge groups: zeros, huge, tiny, NaN, +-Inf, Inf with NaN, all NaN."""
     d = layout.WIDTH
     huge, tiny = float(torch.finfo(torch.bfloat16).max), 1e-39
-    rows = [torch.randn(d), torch.zeros(d), torch.randn(d) * huge / 4, torch.full((d,), huge), torch.randn(d) * tiny]
+    # Large but finite: |randn| is clamped so that no value of the huge row overflows to Inf.
+    rows = [torch.randn(d), torch.zeros(d), torch.randn(d).clamp(-3.9, 3.9) * (huge / 4), torch.full((d,), huge), torch.randn(d) * tiny]
     for places, values in [([1], [NAN]), ([40], [INF]), ([0, 300], [-INF, NAN]), (list(range(128)), [NAN] * 128)]:
         row = torch.randn(d)
         row[places] = torch.tensor(values)
@@ -56,16 +57,19 @@ def special_rows(device="cpu") -> torch.Tensor:
 
 
 def slot_mapping(t: int, num_slots: int, index_dtype=torch.int64, device="cpu", padding=0.1, beyond=0) -> torch.Tensor:
-    """t distinct random slots in [0, num_slots), about `padding` of them negative and `beyond` of
-    them replaced by slots >= num_slots (never written)."""
+    """t distinct random slots in [0, num_slots), about `padding` of them negative and
+    min(beyond, t - 1) of them replaced by slots >= num_slots (never written). Token 0 always keeps
+    its slot, so every call stores at least one row (a kernel that stores nothing must fail)."""
     assert t <= num_slots
     info = torch.iinfo(index_dtype)
     slots = torch.randperm(num_slots)[:t]
     pad = torch.rand(t) < padding
+    pad[:1] = False
     # Any negative slot is padding, not just -1: the kernels must test the sign.
     slots[pad] = torch.tensor([-1, -2, info.min])[torch.randint(0, 3, (int(pad.sum()),))]
-    if beyond:
-        where = torch.randperm(t)[:beyond]
+    beyond = min(beyond, t - 1)
+    if beyond > 0:
+        where = 1 + torch.randperm(t - 1)[:beyond]
         far = num_slots + torch.randint(0, 3 * num_slots + 1, (beyond,))
         far[0] = info.max  # a bound test written as slot + 1 <= num_slots wraps here
         slots[where] = far
