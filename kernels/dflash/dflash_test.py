@@ -320,6 +320,7 @@ def _bad_inputs():
         return (name, args, error, message)
 
     shared = torch.zeros(64, dtype=f32)
+    shared_i32 = poisoned((2,), i32, "cpu")
     return [
         case("hidden-fp32", TypeError, "hidden has dtype torch.float32", hidden=base["hidden"].float()),
         case("hidden-1d", ValueError, "hidden must be 2-D", hidden=base["hidden"][0]),
@@ -355,6 +356,12 @@ def _bad_inputs():
         case("out-on-w_h", ValueError, "out.expected_len overlaps w_h", w_h=shared[:8], out=outs()[:2] + (shared[6:8],) + outs()[3:]),
         case("out-len-none", TypeError, "out.expected_len must be a torch.Tensor, got NoneType", out=outs()[:2] + (None,) + outs()[3:]),
         case("out-tokens-none", TypeError, "out.tokens must be a torch.Tensor, got NoneType", out=outs()[:3] + (None,)),
+        case("prev-strided", ValueError, "prev_tokens must be contiguous", prev_tokens=torch.zeros(6, dtype=i64)[::2]),
+        case("w_h-strided", ValueError, "w_h must be contiguous", w_h=torch.zeros(16)[::2]),
+        case("w_e-strided", ValueError, "w_e must be contiguous", w_e=torch.zeros(8)[::2]),
+        case("draft-strided", ValueError, "draft_tokens must be contiguous", draft_tokens=torch.zeros(6, dtype=i64)[::2]),
+        case("emb-wide", ValueError, "He (embedding.shape[1]) must be in [1, 16384]", embedding=torch.zeros(97, 16385, dtype=bf16), w_e=torch.zeros(16385)),
+        case("out-len-on-plen", ValueError, "out.proposal_len overlaps out.expected_len", out=(outs()[0], shared_i32[:2], shared_i32[:2].view(f32), outs()[3])),
     ]
 
 

@@ -260,7 +260,6 @@ def test_batch_invariance_and_reproducibility():
     logits2[6:] = math.nan
     assert_bitwise_equal(ref.random_sample_probs_ref(probs2, seed, offset)[:6], tp[:6])
     assert_bitwise_equal(ref.random_sample_logits_ref(logits2, seed, offset, temperature)[:6], tl[:6])
-    assert_bitwise_equal(ref.random_sample_probs_ref(probs, seed, offset), tp)
     # New offsets (the next decode step): new draws, not all the same tokens again.
     assert not torch.equal(ref.random_sample_probs_ref(probs, seed, offset + 1), tp)
 
@@ -313,7 +312,9 @@ def test_cpu_interface_writes_out():
 
 
 @pytest.mark.ref
-def test_empty_batch_launches_nothing(no_kernel_launches):
+def test_empty_batch_launches_nothing(monkeypatch, no_kernel_launches):
+    # As if on a device: CPU tensors never reach a kernel, so only then can a launch be caught.
+    monkeypatch.setattr(api, "is_host", lambda t: False)
     seed = torch.zeros(0, dtype=I64)
     assert api.random_sample_probs(torch.zeros(0, 5), seed, seed).shape == (0,)
     out = torch.zeros(0, dtype=I64)
@@ -385,6 +386,13 @@ def test_out_overlapping_an_input_is_rejected():
     seed = torch.zeros(4, dtype=I64)
     with pytest.raises(ValueError, match="out overlaps seed"):
         api.random_sample_probs(torch.rand(4, 8), seed, torch.ones(4, dtype=I64), out=seed)
+    # An out in the padding of row 0 of strided rows: inside the byte range the rows span.
+    wide = torch.rand(4, 16)
+    out = wide[0, 8:16].view(I64)
+    before = out.clone()
+    with pytest.raises(ValueError, match="out overlaps probs"):
+        api.random_sample_probs(wide[:, :8], seed, torch.ones(4, dtype=I64), out=out)
+    assert torch.equal(out, before)
 
 
 @pytest.mark.ref
@@ -396,14 +404,23 @@ def test_out_overlapping_an_input_is_rejected():
         (dict(offset=torch.zeros(3, dtype=I64)), ValueError, "offset must have shape (2,)"),
         (dict(vocab_size=-1), ValueError, "vocab_size must be in [0,"),
         (dict(vocab_size=4.0), TypeError, "vocab_size must be an int"),
+        (dict(vocab_size=2**31), ValueError, "vocab_size must be in [0, 2147483647]"),
     ],
-    ids=["seed-int32", "seed-2d", "offset-len", "vocab-negative", "vocab-float"],
+    ids=["seed-int32", "seed-2d", "offset-len", "vocab-negative", "vocab-float", "vocab-past-int32"],
 )
 def test_exponential_noise_rejects_bad_input(kwargs, error, message):
     args = dict(seed=torch.zeros(2, dtype=I64), offset=torch.zeros(2, dtype=I64), vocab_size=8)
     args.update(kwargs)
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         api.exponential_noise(**args)
+
+
+@pytest.mark.ref
+def test_exponential_noise_takes_strided_counters():
+    seed, offset = counters(6)
+    both = torch.stack((seed, offset), dim=1)  # interleaved: each a stride-2 view
+    got = api.exponential_noise(both[:, 0], both[:, 1], 33)
+    assert_bitwise_equal(got, ref.exponential_noise(seed, offset, 33))
 
 
 @pytest.mark.ref
@@ -540,9 +557,10 @@ DEVICE_SHAPES = [(1, 1), (1, 3), (7, 1000), (5, 4097), (33, 8191), (1, 129280), 
 
 def _device_inputs(B, V, device, source, dtype, layout):
     """(x, seed, offset): x of the source's shape with zeros / NaN / +-inf sprinkled in, rows with
-    nothing to draw (1: zeros or -inf; 3: all NaN); layout "dense", "strided" (row stride V + 8) or
+    nothing to draw (1: zeros or -inf; 3: all NaN); layout "dense", "strided" (row stride V + 8
+    rounded up to a multiple of 8: 16-byte rows, so an odd V ends in a partial vector) or
     "misaligned" (base pointer one element off, odd row stride: element-wide loads)."""
-    pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
+    pad = {"dense": 0, "strided": 8 + (-V) % 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
     base = torch.empty(B, V + pad + start, dtype=torch.float32)
     if source == "probs":

@@ -78,6 +78,8 @@ def bad_inputs():
         args.update(kw)
         return (name, args, error, message)
 
+    shared_f32 = torch.ones(B)
+    shared_i64 = poisoned((B,), I64, "cpu")
     return [
         case("logits-fp16", TypeError, "logits has dtype torch.float16", logits=torch.randn(B, V).half()),
         case("logits-1d", ValueError, "logits must be 2-D", logits=torch.randn(V)),
@@ -105,14 +107,17 @@ def bad_inputs():
         case("out-logprobs-unasked", ValueError, "out logprobs must be a tensor exactly when return_logprobs", return_logprobs=False),
         case("out-tokens-none", TypeError, "out tokens must be a torch.Tensor, got NoneType", out=(None, *poisoned_out(B, "cpu")[1:])),
         case("out-empty-none", TypeError, "out empty must be a torch.Tensor, got NoneType", out=(*poisoned_out(B, "cpu")[:2], None)),
+        case("out-logprobs-is-temperature", ValueError, "out logprobs overlaps temperature", temperature=shared_f32, out=(poisoned((B,), I64, "cpu"), shared_f32, torch.ones(B, dtype=torch.bool))),
+        case("out-empty-in-tokens", ValueError, "out tokens overlaps out empty", out=(shared_i64, poisoned((B,), torch.float32, "cpu"), shared_i64.view(torch.bool)[:B])),
     ]
 
 
 def device_logits(B, V, device, dtype, layout):
     """(B, V) logits with NaN / -inf sprinkled in, an empty row (1), a +inf row (2), an all-NaN row
-    (3: empty too) and an all-equal row (5); layout "dense", "strided" (row stride V + 8) or
-    "misaligned" (base one element off: element-wide loads)."""
-    pad = {"dense": 0, "strided": 8, "misaligned": 1}[layout]
+    (3: empty too) and an all-equal row (5); layout "dense", "strided" (row stride V + 8 rounded up
+    to a multiple of 8: 16-byte rows, so an odd V ends in a partial vector) or "misaligned" (base
+    one element off: element-wide loads)."""
+    pad = {"dense": 0, "strided": 8 + (-V) % 8, "misaligned": 1}[layout]
     start = 1 if layout == "misaligned" else 0
     base = torch.randn(B, V + pad + start) * 4
     base[torch.rand_like(base) < 0.01] = math.nan
