@@ -307,6 +307,7 @@ def _bad_inputs():
         paged("table-rows", ValueError, "block_table has 1 rows; expected B = 2", block_table=table[:1]),
         paged("page-not-dividing", ValueError, "page_size 5 does not divide block_size 16", page_size=5),
         paged("page-0", ValueError, "page_size must be in [1,", page_size=0),
+        paged("pages-past-int32", ValueError, "block_table describes 6442450944 pages", block_size=2**30, page_size=1),
         paged("page-bool", TypeError, "page_size must be an int", page_size=True),
         paged("block-size-neg", ValueError, "block_size must be in [1,", block_size=-16),
         paged("capacity-neg", ValueError, "capacity must be in [0,", capacity=-1),
@@ -568,6 +569,12 @@ def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     assert indptr.tolist() == [0] and indices.tolist() == [-1] * 3
     b, p = api.get_batch_indices_positions(qsl, lens, 4)
     assert b.tolist() == p.tolist() == [-1] * 4
+    # Requests but an empty output (num_tokens 0): no launch either.
+    qsl2 = torch.tensor([0, 2, 5], dtype=torch.int32, device=device)
+    table2 = torch.zeros((2, 4), dtype=torch.int32, device=device)
+    assert api.get_slot_mapping(qsl2, torch.arange(5, device=device), table2, block_size=16, num_tokens=0).shape == (0,)
+    b, p = api.get_batch_indices_positions(qsl2, torch.tensor([2, 3], device=device), 0)
+    assert b.shape == p.shape == (0,)
 
 
 @pytest.mark.device

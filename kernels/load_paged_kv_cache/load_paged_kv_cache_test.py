@@ -150,8 +150,8 @@ def assert_rows_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -
 def request_set(block_size: int, max_blocks: int):
     """(seq_lens, seq_starts) lists covering the edge cases for this block size and table width."""
     bs, cap = block_size, block_size * max_blocks
-    lens = [0, 1, bs, bs + 1, 2 * bs, 2 * bs - 1, 3, cap, cap + 2, 0, 5, bs * max(1, max_blocks - 1) + 1]
-    starts = [3, 0, 0, bs - 1, 1, bs, cap - 1, 0, 0, 7, -2, bs + 3]
+    lens = [0, 1, bs, bs + 1, 2 * bs, 2 * bs - 1, 3, cap, cap + 2, 0, 5, bs * max(1, max_blocks - 1) + 1, -3]
+    starts = [3, 0, 0, bs - 1, 1, bs, cap - 1, 0, 0, 7, -2, bs + 3, 2]
     return lens, [min(s, cap) for s in starts]
 
 
@@ -215,6 +215,9 @@ def test_ref_non_finite_records(kind):
     src[3, 5] = math.inf
     src[9, 100] = math.nan
     src[17, 530] = -math.inf  # rope
+    # NaNs other than the canonical 0x7FC0 (a quiet payload, a negative one): bf16 rows keep them.
+    src.view(torch.int16)[11, 7] = 0x7F81
+    src.view(torch.int16)[12, 8] = -63  # 0xFFC1
     if kind == "bf16":
         cache = src.reshape(nb, bs, layout.WIDTH)
     else:
@@ -425,6 +428,11 @@ def test_empty_batch_is_well_defined(monkeypatch, no_kernel_launches, b, lens):
     assert got is cu and cu.tolist() == [0] * (b + 1) and out.shape == (0, 64)
     out, cu = api.load_paged_kv_cache(cache, table, torch.tensor(lens, dtype=torch.int64), num_tokens=0)
     assert out.shape == (0, 64) and cu.tolist() == [0] * (b + 1)
+    if b:
+        # num_tokens 0 with rows to load: nothing is loaded, cu_seqlens is still the whole prefix.
+        cu = poisoned((4,), torch.int32, "cpu")
+        api.load_paged_kv_cache(cache, random_table(3, 2, 4), torch.tensor([3, -2, 5]), num_tokens=0, cu_seqlens=cu)
+        assert cu.tolist() == [0, 3, 3, 8]
 
 
 def _bad_inputs():
@@ -485,6 +493,7 @@ def _bad_inputs():
         ("out-1d", dict(out=poisoned((32,), torch.bfloat16, "cpu")), ValueError, "out must be 2-D"),
         ("out-strided", dict(out=out(d=64)[:, ::2]), ValueError, "out must be contiguous"),
         ("cache-misaligned", dict(cache=misaligned, out=out(d=576)), ValueError, "a fp4 cache and out must be 16-byte aligned"),
+        ("out-misaligned", dict(cache=fp4, out=poisoned((7 * 576 + 1,), torch.bfloat16, "cpu")[1:].view(7, 576)), ValueError, "a fp4 cache and out must be 16-byte aligned"),
         ("out-fp4-d", dict(cache=fp4, out=out(d=32)), ValueError, "out must be (rows, 576)"),
         ("cu-short", dict(cu_seqlens=cu(2)), ValueError, "cu_seqlens must be (3,)"),
         ("cu-int64", dict(cu_seqlens=cu(3, torch.int64)), ValueError, "cu_seqlens must be (3,)"),
@@ -602,7 +611,10 @@ def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str
     assert_bitwise_equal(cu, cu_ref, what=f"{what} cu_seqlens")
     written = min(total, limit)
     expected, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, written)
-    assert_rows_equal(out[:written], expected, f"{what} rows")
+    if cache.dtype == torch.bfloat16:
+        assert_bitwise_equal(out[:written], expected, what=f"{what} rows")  # bit copies, NaN payloads too
+    else:
+        assert_rows_equal(out[:written], expected, f"{what} rows")
     assert torch.isnan(out[written:].float()).all(), f"{what}: rows past the total or num_tokens were written"
 
 
@@ -654,6 +666,8 @@ def test_device_many_requests(device, kind, b):
     cache = make_cache(kind, nb, bs, 576, device)
     table = random_table(b, mb, nb, invalid=0.02, device=device)
     seq_lens = torch.randint(0, bs * mb + 3, (b,), device=device)
+    seq_lens[::7] = -5  # negative lengths count as 0
+    seq_lens[1::11] = -(2**40)
     seq_starts = torch.randint(0, 20, (b,), device=device, dtype=torch.int32)
     _check_device(cache, table, seq_lens, seq_starts, 11, f"{kind} B={b}")
 

@@ -232,6 +232,10 @@ def _bad_inputs():
         case("parts-0", ValueError, "num_sm_parts must be in [1, 1024]", num_sm_parts=0),
         case("parts-neg", ValueError, "num_sm_parts must be in [1, 1024]", num_sm_parts=-3),
         case("parts-bool", TypeError, "num_sm_parts must be an int", num_sm_parts=True),
+        case("draft-16", ValueError, "num_draft must be in [0, 15]", num_draft=16),
+        case("block-size-4097", ValueError, "block_size must be in [1, 4096]", block_size=4097),
+        case("parts-1025", ValueError, "num_sm_parts must be in [1, 1024]", num_sm_parts=1025),
+        case("tokens-past-int32", ValueError, "num_tokens must be in [0, 2147483647]", num_tokens=2**31),
         case("tokens-neg", ValueError, "num_tokens must be in [0,", num_tokens=-1),
         case("tokens-float", TypeError, "num_tokens must be an int", num_tokens=8.0),
         case("batch-too-big", ValueError, "at most 4096 are supported", seq_lens_before=torch.zeros(4097, dtype=i32), num_accepted=torch.zeros(4097, dtype=i32), out=outs(n_req=4097)),
@@ -397,13 +401,14 @@ def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
 @pytest.mark.device
 @pytest.mark.parametrize("kernel_choice,n_req", with_kernels([WARP_CAPACITY, 4096], int, "B{}".format), indirect=["kernel_choice"])
 def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
-    # Lengths at the active limit (a block total just under 2**31 at B = 4096) and one past it
-    # (inactive), then a batch with no active request.
+    # Every length at the active limit (a block total just under 2**31 at B = 4096), the same with
+    # every third one past it (inactive), then a batch with no active request.
     k, bs, parts = 3, 64, 132
-    s = torch.full((n_req,), ref.max_context(bs, k), dtype=torch.int64)
+    full = torch.full((n_req,), ref.max_context(bs, k), dtype=torch.int64)
+    s = full.clone()
     s[::3] = ref.max_context(bs, k) + 1
     a = torch.full((n_req,), k, dtype=torch.int32)
-    for lens in (s, torch.full((n_req,), -1, dtype=torch.int64)):
+    for lens in (full, s, torch.full((n_req,), -1, dtype=torch.int64)):
         outs = poisoned_schedule(n_req, n_req * (1 + k), parts, device)
         got = api.schedule_mtp_varlen(lens.to(device), a.to(device), num_draft=k, block_size=bs, num_sm_parts=parts, out=outs)
         assert_schedule(got, ref.schedule_mtp_varlen_ref(lens, a, k, bs, parts), "long")

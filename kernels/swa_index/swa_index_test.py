@@ -181,11 +181,20 @@ def test_cpu_interface_writes_every_output(pad):
 def test_empty_batch_outputs(pad):
     fill = -1 if pad == "minus_one" else 0
     qsl = torch.zeros(1, dtype=torch.int32)
-    got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64), torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int32), window=5, block_size=16, pad=pad)
+    outs = poisoned_outputs(3, 5, 0, "cpu")
+    got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64), torch.zeros((0, 4), dtype=torch.int32), torch.zeros(0, dtype=torch.int32), window=5, block_size=16, pad=pad, out=outs)
+    assert all(g is o for g, o in zip(got, outs))
     assert got[0].tolist() == [[fill] * 5] * 3 and got[1].tolist() == [0] * 3 and all(t.shape == (0,) for t in got[2:])
     lens = torch.tensor([70, 3])
-    got = api.swa_index(torch.tensor([0, 0, 0]), torch.zeros(0, dtype=torch.int64), torch.zeros((2, 8), dtype=torch.int32), lens, window=64, block_size=4, pad=pad)
+    outs = poisoned_outputs(0, 64, 2, "cpu")
+    got = api.swa_index(torch.tensor([0, 0, 0]), torch.zeros(0, dtype=torch.int64), torch.zeros((2, 8), dtype=torch.int32), lens, window=64, block_size=4, pad=pad, out=outs)
     assert got[0].shape == (0, 64) and got[2].tolist() == [1, 0] and got[3].tolist() == [6, 0] and got[4].tolist() == [70, 3]
+
+
+def poisoned_outputs(n_tok: int, window: int, n_req: int, device) -> tuple[torch.Tensor, ...]:
+    """swa_index's five outputs for T = n_tok, W = window, B = n_req, poisoned."""
+    shapes = [(n_tok, window), (n_tok,), (n_req,), (n_req,), (n_req,)]
+    return tuple(poisoned(s, d, device) for s, d in zip(shapes, DTYPES))
 
 
 @pytest.mark.ref
@@ -396,8 +405,14 @@ def test_device_slots_past_int32(device, config):
 @pytest.mark.device
 def test_device_empty_batch_launches_nothing(device, no_kernel_launches):
     qsl = torch.zeros(1, dtype=torch.int32, device=device)
-    got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64, device=device), torch.zeros((0, 4), dtype=torch.int32, device=device), torch.zeros(0, dtype=torch.int32, device=device), window=5, block_size=16)
+    outs = poisoned_outputs(3, 5, 0, device)
+    got = api.swa_index(qsl, torch.zeros(3, dtype=torch.int64, device=device), torch.zeros((0, 4), dtype=torch.int32, device=device), torch.zeros(0, dtype=torch.int32, device=device), window=5, block_size=16, out=outs)
     assert got[0].tolist() == [[-1] * 5] * 3 and got[1].tolist() == [0] * 3
+    # Requests but no query token (T = 0): the per-request outputs come from torch, no launch.
+    outs = poisoned_outputs(0, 64, 2, device)
+    lens = torch.tensor([70, 3], device=device)
+    got = api.swa_index(torch.tensor([0, 0, 0], device=device), torch.zeros(0, dtype=torch.int64, device=device), torch.zeros((2, 8), dtype=torch.int32, device=device), lens, window=64, block_size=4, out=outs)
+    assert got[2].tolist() == [1, 0] and got[3].tolist() == [6, 0] and got[4].tolist() == [70, 3]
 
 
 @pytest.mark.device
