@@ -233,6 +233,38 @@ def test_cpu_interface_writes_every_output(idx_dtype):
         as_list_equal(g, e, torch.int32, name)
 
 
+def check_non_monotone_indptr(device) -> None:
+    """A decreasing query_start_loc / append_indptr (not checked: it needs the host): every token is
+    padding or gets the result of *some* request whose range holds it, per ref.py."""
+    indptr = [0, 6, 3, 9, 9, 14, 12]
+    n_req, n, bs, mb = len(indptr) - 1, 16, 4, 5
+    qsl = torch.tensor(indptr, dtype=torch.int32, device=device)
+    table = random_block_table(n_req, mb, device)
+    pos = torch.randint(-2, bs * mb + 3, (n,), device=device)
+    lens = torch.randint(0, 40, (n_req,), device=device)
+    slots = poisoned((n,), torch.int64, device)
+    api.get_slot_mapping(qsl, pos, table, block_size=bs, num_tokens=n, out=slots)
+    batch, where = poisoned((n,), torch.int32, device), poisoned((n,), torch.int32, device)
+    api.get_batch_indices_positions(qsl, lens, n, out=(batch, where))
+    t, p, lens_l = table.tolist(), pos.tolist(), lens.tolist()
+    for i in range(n):
+        holders = [b for b in range(n_req) if indptr[b] <= i < indptr[b + 1]]
+        allowed_slots, allowed_pairs = {-1} if not holders else set(), {(-1, -1)} if not holders else set()
+        for b in holders:
+            j = p[i] // bs
+            ok = p[i] >= 0 and j < mb and t[b][j] >= 0
+            allowed_slots.add(t[b][j] * bs + p[i] % bs if ok else -1)
+            q = lens_l[b] - (indptr[b + 1] - indptr[b]) + (i - indptr[b])
+            allowed_pairs.add((b, q) if 0 <= q < 2**31 else (-1, -1))
+        assert int(slots[i]) in allowed_slots, f"token {i}: slot {int(slots[i])} not in {allowed_slots}"
+        assert (int(batch[i]), int(where[i])) in allowed_pairs, f"token {i}: {(int(batch[i]), int(where[i]))} not in {allowed_pairs}"
+
+
+@pytest.mark.ref
+def test_ref_non_monotone_indptr():
+    check_non_monotone_indptr("cpu")
+
+
 @pytest.mark.ref
 def test_empty_batch_is_well_defined(no_kernel_launches):
     qsl = torch.zeros(1, dtype=torch.int32)
@@ -555,6 +587,11 @@ def test_device_batch_positions_past_int32(device, idx_dtype, len_dtype):
         assert g.cpu()[past].eq(-1).all(), f"{name}: a position past int32 must be -1"
         as_list_equal(g, e, torch.int32, f"{name} past int32")
         assert_bitwise_equal(g, r, what=f"{name} past int32")
+
+
+@pytest.mark.device
+def test_device_non_monotone_indptr(device):
+    check_non_monotone_indptr(device)
 
 
 @pytest.mark.device
