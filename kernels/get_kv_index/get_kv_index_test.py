@@ -235,7 +235,9 @@ def test_cpu_interface_writes_every_output(idx_dtype):
 
 def check_non_monotone_indptr(device) -> None:
     """A decreasing query_start_loc / append_indptr (not checked: it needs the host): every token is
-    padding or gets the result of *some* request whose range holds it, per ref.py."""
+    padding or gets the result of *some* request whose range holds it, per ref.py. A token that only
+    one indptr entry lies at or below (tokens 0-2 here) leaves a search no choice: it must get that
+    request's result."""
     indptr = [0, 6, 3, 9, 9, 14, 12]
     n_req, n, bs, mb = len(indptr) - 1, 16, 4, 5
     qsl = torch.tensor(indptr, dtype=torch.int32, device=device)
@@ -249,7 +251,8 @@ def check_non_monotone_indptr(device) -> None:
     t, p, lens_l = table.tolist(), pos.tolist(), lens.tolist()
     for i in range(n):
         holders = [b for b in range(n_req) if indptr[b] <= i < indptr[b + 1]]
-        allowed_slots, allowed_pairs = {-1} if not holders else set(), {(-1, -1)} if not holders else set()
+        forced = sum(indptr[b] <= i for b in range(n_req)) == 1 and holders
+        allowed_slots, allowed_pairs = (set(), set()) if forced else ({-1}, {(-1, -1)})
         for b in holders:
             j = p[i] // bs
             ok = p[i] >= 0 and j < mb and t[b][j] >= 0

@@ -335,6 +335,13 @@ def record_stride_cache(case, device="cpu") -> torch.Tensor:
     return record_pool(kind, nb, bs, apart * bs * records.record_bytes + 16, device)
 
 
+def round_trip_requests(bs):
+    """(lens, starts, table width) of four requests that start, end and cross block edges; the width
+    covers the furthest position at every block size (block size 1 included)."""
+    lens, starts = [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs]
+    return lens, starts, max(-(-(s + n) // bs) for n, s in zip(lens, starts))
+
+
 def store_records_then_load(cache, lens, starts, table, device="cpu"):
     """(rows stored as decode(encode(rows)), rows loaded) through store_kv_cache and
     load_paged_kv_cache on the same record cache, num_tokens = the stored rows' count."""
@@ -726,8 +733,8 @@ def test_device_strided_and_per_head(device, case, misaligned):
     expected, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens, seq_starts, total, layout=kv_layout)
     assert_bitwise_equal(out[:total], expected, what=f"{case} rows")
     assert torch.isnan(out[total:].float()).all(), f"{case}: rows past the total were written"
-    lens, starts = [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs]
-    rows, loaded = store_then_load(cache, kv_layout, lens, starts, random_table(4, 3, nb, device=device), device)
+    lens, starts, width = round_trip_requests(bs)
+    rows, loaded = store_then_load(cache, kv_layout, lens, starts, random_table(4, width, nb, device=device), device)
     assert_bitwise_equal(loaded, rows, what=f"{case} round trip")
 
 
@@ -743,7 +750,8 @@ def test_device_block_strided_records(device, case):
     starts += torch.randint(0, bs * 4, (20,)).tolist()
     table = random_table(len(lens), 4, nb, invalid=0.05, device=device)
     _check_device(cache, table, index_tensor(lens, torch.int64, device), index_tensor(starts, torch.int32, device), 9, f"{case}")
-    expected, loaded = store_records_then_load(cache, [bs + 1, 0, 2 * bs - 1, 3], [bs - 1, 0, 1, 2 * bs], random_table(4, 3, nb, device=device), device)
+    lens, starts, width = round_trip_requests(bs)
+    expected, loaded = store_records_then_load(cache, lens, starts, random_table(4, width, nb, device=device), device)
     assert_rows_equal(loaded, expected, f"{case} round trip")
 
 

@@ -206,6 +206,40 @@ def test_cuda_grid_limit_on_tokens(n_req, most):
         api.check_cuda_grid("swa_index", most + 1, n_req)
 
 
+def _on(device, *tensors):
+    return tuple(t.to(device) for t in tensors)
+
+
+def check_non_monotone_query_start_loc(device, pad) -> None:
+    """A decreasing query_start_loc (not checked: it needs the host): every token's row is the
+    padding row or the row of *some* request whose range holds it, per ref.py, and the per-request
+    outputs (which never read query_start_loc) are exact."""
+    starts = [0, 6, 3, 9, 9, 14, 12]
+    n_req, n, bs, mb, window = len(starts) - 1, 16, 4, 5, 6
+    qsl, table = torch.tensor(starts, dtype=torch.int32), random_block_table(n_req, mb)
+    pos, lens = torch.randint(-2, bs * mb + 3, (n,)), torch.randint(-2, bs * mb + 3, (n_req,))
+    got = api.swa_index(*_on(device, qsl, pos, table, lens), window=window, block_size=bs, pad=pad, out=poisoned_outputs(n, window, n_req, device))
+    got = [g.cpu() for g in got]
+    expected = oracle(qsl, pos, table, lens, window, bs, pad)
+    for name, g, e, dtype in list(zip(api.OUTPUTS, got, expected, DTYPES))[2:]:
+        assert_bitwise_equal(g, torch.tensor(e, dtype=dtype), what=name)
+    for i in range(n):
+        holders = [b for b in range(n_req) if starts[b] <= i < starts[b + 1]]
+        # The token alone as a one-request batch of each holder's table row, or of no request.
+        alone = [([i, i + 1], table[b : b + 1], lens[b : b + 1]) for b in holders] + [([0, 0], table[:1], lens[:1])]
+        rows = []
+        for q, t, ln in alone:
+            slots, valid_len, *_ = oracle(torch.tensor(q), pos, t, ln, window, bs, pad)
+            rows.append((slots[i], valid_len[i]))
+        assert (got[0][i].tolist(), int(got[1][i])) in rows, f"token {i}: {got[0][i].tolist()}, valid_len {int(got[1][i])}, holders {holders}"
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("pad", ref.PADS)
+def test_ref_non_monotone_query_start_loc(pad):
+    check_non_monotone_query_start_loc("cpu", pad)
+
+
 @pytest.mark.ref
 def test_cuda_grid_limit_on_requests():
     # Requests alone may fill grid y but for one row (8 tokens); one request more names the batch.
@@ -347,10 +381,6 @@ DEVICE_STEPS = [
 ]
 
 
-def _on(device, *tensors):
-    return tuple(t.to(device) for t in tensors)
-
-
 @pytest.mark.device
 @pytest.mark.parametrize("pad", ref.PADS)
 @pytest.mark.parametrize("idx_dtype,pos_dtype,len_dtype", [(torch.int32, torch.int64, torch.int32), (torch.int64, torch.int32, torch.int64)], ids=str)
@@ -400,6 +430,12 @@ def test_device_slots_past_int32(device, config):
     assert_matches_oracle(got, expected, "past int32")
     for name, g, e in zip(api.OUTPUTS, got, ref.swa_index_ref(qsl, pos, table, lens, window, block_size, pad)):
         assert_bitwise_equal(g, e, what=f"{name} past int32")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("pad", ref.PADS)
+def test_device_non_monotone_query_start_loc(device, pad):
+    check_non_monotone_query_start_loc(device, pad)
 
 
 @pytest.mark.device
