@@ -1,8 +1,10 @@
 """What every kernel's `api.py` shares: argument checks, aliasing, alignment and backend dispatch.
 
-Every check raises TypeError (wrong type or dtype) or ValueError (anything else) whose message starts
-with the public function's name and names the argument, before anything is written. Nothing here
-synchronises the host; only `stream_counters` launches anything (zero fills, outside CUDA graph capture).
+Every check raises TypeError (a wrong Python type, or an input tensor's dtype) or ValueError
+(anything else, a caller's `out` of the wrong dtype included) whose message starts with the public
+function's name and names the argument, before anything is written. Nothing here synchronises the
+host; only `stream_counters` (zero fills, outside CUDA graph capture) and `scalar_tensor` (a (1,)
+fill holding a Python value) launch anything.
 """
 
 from __future__ import annotations

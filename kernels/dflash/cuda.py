@@ -1,9 +1,9 @@
 """NVIDIA TileLang implementation of `dflash`: the confidence head of a block drafter, in two launches.
 
-    k = dflash_confidence_tl(H, He, h_stride, prev_dtype, h_align=16, e_align=16, w_align=16)
+    k = dflash_confidence_tl(H, He, h_stride, prev_dtype, h_align=16, e_align=16, w_align=16, pdl=False)
     k(hidden, prev_tokens, embedding, w_h, w_e, bias, confidence)
 
-    k = dflash_derive_tl(draft_dtype, cu_dtype)
+    k = dflash_derive_tl(draft_dtype, cu_dtype, pdl=False)
     k(confidence, threshold, draft_tokens, cu_draft_lens, proposal_len, expected_len, tokens)
 
 hidden          (N, H) bfloat16, row stride `h_stride` >= H elements, last dimension contiguous, base

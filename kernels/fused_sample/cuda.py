@@ -26,7 +26,8 @@ thread and warp order, the chunks rescaled to the row max and added in chunk ord
 ordinary chunks (step 2), x in place of s and ex2 (subnormal terms flushed) in place of expf (the
 logprob stays within 1e-5 relative, 1e-4 absolute of the sampler's: the device tests' tolerance).
 
-Grid (n, B), _THREADS threads a block, four blocks an SM; block (c, b) reads chunk c of row b once,
+Grid (n, B), _THREADS threads a block (two blocks an SM for fused_sample_tl, four for
+fused_sample_flagging_tl: _Layout.blocks_per_sm); block (c, b) reads chunk c of row b once,
 into registers, as x (s = x / d with d = t on sampled rows, 1 on others: division by d > 0 never
 decreases as x grows, so the chunk's max of s is its max of x divided, m = max x / d). Stage 1 is
 what every block runs, and what most of a large batch's time goes to: each of its steps spends as
@@ -92,9 +93,9 @@ The interface takes the first for small batches, where a launch is a large share
 the second from api.FLAGGING_MIN_ROWS rows.
 
 Speed (H200 benchmark, kernels/fused_sample/PERF.md, through the interface): V 129280 fp32 with
-top-k 50, top-p 0.9: B = 1 18.2 us, B = 8 19.2 us (fused_sample_tl), B = 64 35.0 us, B = 128 50.3 us,
-B = 512 138.5 us (fused_sample_flagging_tl + sampler_flagged_tl); the sampler's kernel takes 247 /
-248 / 250 / 274 / 1084 us.
+top-k 50, top-p 0.9 (the committed baseline): B = 1 16.26 us, B = 8 17.23 us (fused_sample_tl),
+B = 64 32.60 us, B = 128 47.45 us, B = 512 134.29 us (fused_sample_flagging_tl +
+sampler_flagged_tl); the sampler's kernel takes 247 / 249 / 250 / 274 / 1083 us.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -144,7 +145,7 @@ _WARPS = _THREADS // _WARP
 _SHUFFLES = 5
 # Entries a thread holds (in registers, as s).
 _PER_THREAD = CHUNK // _THREADS
-# Candidates the finishing block holds: 16 chunks (the models' vocabularies) x LIST_CAP, less one
+# Candidates the finishing block holds: 16 chunks (129280's vocabulary) x LIST_CAP, less one
 # so that their q-masses (each <= 2**20) sum below 2**32 in radix_select's uint32 bins.
 _MERGE_CAP = 4095
 # List entries a lane of the gathering warp holds: a whole list (at most LIST_CAP) a warp.

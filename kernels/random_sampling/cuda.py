@@ -31,7 +31,8 @@ kernel arithmetic-bound, and one block a row (the previous design) took about 58
 up to one row per SM (kernels/random_sampling/PERF.md). A block:
   1. loads its chunk into registers (every load in flight before any is used; the V % vec entries
      after the last whole vector go one a thread to the chunk that holds them);
-  2. takes the chunk's largest drawable value (one barrier): that entry's key is at least a bound
+  2. takes the chunk's largest drawable value (two barriers: the second keeps the shared value
+     until every thread has read it): that entry's key is at least a bound
      computed from it and the noise's range (p / 16.64, or l / t - 2.81), so an entry whose key
      cannot reach the bound, or the thread's best so far, skips the noise (p * 1.678e7, or
      l / t + 16.64, is below it): it cannot win, not even a tie;
@@ -44,10 +45,10 @@ Entries that cannot be drawn (p <= 0, NaN, -inf logits) never get noise.
 
 The row kernel (random_sample_tl) is the chunked one's predecessor, kept for batches that fill the
 SMs' waves: one block of _ROW_THREADS threads a row, threads striding the row in rounds of _UNROLL
-vectors loaded before any is used, every drawable entry hashed (no bound), then the same folds.
-With no per-block set-up, barriers or records it is 7-24% faster an entry than the chunked kernel
-where a full wave of rows runs (H200, kernels/random_sampling/PERF.md), so it wins when its last
-wave of rows is nearly full; the interface chooses (api.ROW_KERNEL_WAVE_FILL).
+vectors loaded before any is used, every drawable entry hashed (no bound), then the same folds. With
+no per-block set-up or records and a single barrier it is 7-24% faster an entry than the chunked
+kernel where a full wave of rows runs (H200, kernels/random_sampling/PERF.md), so it wins when its
+last wave of rows is nearly full; the interface chooses (api.ROW_KERNEL_WAVE_FILL).
 
 Noise macros for other kernels (`from kernels.random_sampling.cuda import ...`):
     noise_row_keys(seed, offset, keys)     keys: local (2,) uint32 <- (k0, k1); seed, offset int64
@@ -179,7 +180,7 @@ def _take_later(best_key, best_id, key, idx):
 
 
 # The range of the noise (ref.py): E = -logf(u) lies in [5.9604645e-08, 16.635532] and log(E) in
-# [-16.635532, 2.8115408]. The constants below are float32 values at least 7e-5 outside those
+# [-16.635532, 2.8115408]. The constants below are float32 values at least 5e-5 outside those
 # ranges (far more than logf's rounding), so every bound built from them is conservative.
 # Every E is at least 5.96e-8, so p / E <= p * _INV_E_LOW (1 / 5.96e-8 = 16778523.49).
 _INV_E_LOW = 16780000.0

@@ -15,11 +15,12 @@ an Ascend DMA is byte-granular, so rows need no alignment class.
 Where the work runs: one persistent block per vector core over rows. Each row takes _PASSES passes;
 a pass copies the row in tiles of _TILE elements into the UB (MTE2), and a SIMT region of
 _SIMT_THREADS threads folds each thread's strided entries of the tile into per-thread partials (a
-best (key, id, d), an int64 count or mass, a float32 sum) kept in UB vectors between tiles; the scalar
-unit folds the partials in thread order and decides; each row's outputs are stored once, after its
-last pass. The thresholds are found bit by bit (a binary search over the 32-bit keys, one pass per
-bit: simpler than CUDA's shared-memory radix histograms, which would need SIMT atomics, and exact in
-the same way; the ref suite checks both searches against the contract's sorted thresholds):
+best (key, id, d), an int64 count or mass, the int64 Q, a float32 sum) kept in UB vectors between
+tiles; the scalar unit folds the partials in thread order and decides; each row's outputs are stored
+once, after its last pass. The thresholds are found bit by bit (a binary search over the 32-bit
+keys, one pass per bit: simpler than CUDA's shared-memory radix histograms, which would need SIMT
+atomics, and exact in the same way; the ref suite checks both searches against the contract's sorted
+thresholds):
   pass 0         max of s with the lowest id holding it, and the count of finite entries;
   passes 1-32    top-k: the largest uint32 u with count(ordered(s) >= u) >= k is the k-th largest;
   passes 33-63   top-p: the largest w bit pattern x with mass(w >= x) * 2**20 >= P20 * Q (bit 31 of

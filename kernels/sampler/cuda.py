@@ -81,8 +81,8 @@ _DIGIT_BITS = 8
 _BINS = 1 << _DIGIT_BITS
 # One histogram per lane: logits crowd a few leading digits (sign and exponent), and one shared copy
 # serialised a warp's 32 same-bin atomics (1.6 ms a row on the H200). Lane l adds to replica l, so the
-# lanes of a warp never meet on an address; one padding bin shifts each replica by a bank, so they
-# do not meet on a bank either.
+# lanes of a warp never meet on an address; one padding bin (8 bytes: two banks) shifts each
+# replica's start by two banks, so replicas l and l + 16 start on the same bank.
 _REPLICAS = _WARP
 _REP_STRIDE = _BINS + 1
 # Warps that scan the bins, one bin a thread.
@@ -98,7 +98,8 @@ _PHASES = _PHASE_RACE + 1
 # instead of the row while at most _CAP fit; more (many equal logits) keep reading the row.
 _PHASE_COMPACT = _PHASE_TOP_K + 2
 _CAP = 2048
-# Image (_ordered) of the lowest finite float32, -FLT_MAX; images below it are -inf and NaNs.
+# Image (_ordered) of the lowest finite float32, -FLT_MAX; images below it are -inf and the NaNs
+# with the sign bit set (other NaNs map above +inf's).
 _LOWEST = 0x00800000
 # Row modes decided after phase 0.
 _DONE, _GREEDY, _SAMPLED = 0, 1, 2

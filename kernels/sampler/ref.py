@@ -175,6 +175,7 @@ def check_config(name: str, dtype: str, vec: int, top_k_dtype: str = "int64") ->
 
 def sampler_shipped_configs() -> list[tuple[str, int, str]]:
     """(dtype, vec, top_k_dtype): both logit dtypes with 16-byte vectors (aligned rows, the models'
-    vocabularies) and element-wide loads (misaligned views), each top_k dtype. B, V and the row
-    stride are dynamic."""
-    return [("float32", 4, "int32"), ("float32", 1, "int64"), ("bfloat16", 8, "int32"), ("bfloat16", 1, "int64")]
+    vocabularies) and element-wide loads (misaligned views), and each top_k dtype with both kinds of
+    loads (int64, torch's default, with fp32's 16-byte vectors). B, V and the row stride are
+    dynamic."""
+    return [("float32", 4, "int64"), ("float32", 1, "int32"), ("bfloat16", 8, "int32"), ("bfloat16", 1, "int64")]

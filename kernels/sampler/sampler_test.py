@@ -525,6 +525,9 @@ def test_shipped_configs_cover_every_path():
     configs = ref.sampler_shipped_configs()
     assert {c[0] for c in configs} == set(ref.DTYPES)
     assert {c[1] for c in configs if c[0] == "float32"} >= {1, 4} and {c[1] for c in configs if c[0] == "bfloat16"} >= {1, 8}
+    # Each top_k dtype with vector and element-wide loads.
+    for top_k_dtype in ref.TOP_K_DTYPES:
+        assert {c[1] > 1 for c in configs if c[2] == top_k_dtype} == {True, False}, top_k_dtype
 
 
 @pytest.mark.codegen_ascend
@@ -541,8 +544,9 @@ def test_ascend_config_lowers_and_fits_ub(config):
 # ----------------------------------------------------------------------------------------------------
 # Device: the backend's kernel against the reference run on the same device tensors.
 
-# (B, V): one column, tiny and odd vocabularies, the models' vocabularies, more rows than SMs.
-DEVICE_SHAPES = [(1, 1), (3, 7), (33, 1000), (1, 129280), (64, 129280), (8, 151936), (130, 151936), (130, 1000)]
+# (B, V): one column, tiny and odd vocabularies, the models' vocabularies, a large odd (prime)
+# vocabulary (many full vectors, then a tail), more rows than SMs.
+DEVICE_SHAPES = [(1, 1), (3, 7), (33, 1000), (1, 129280), (64, 129280), (8, 151936), (9, 100003), (130, 151936), (130, 1000)]
 
 
 @pytest.mark.device
