@@ -10,8 +10,9 @@ one group (one row for per-token scales, one row of a 128 x 128 block for the bl
 it reduces and quantises element by element with exactly the expressions of the CUDA kernels
 (kernels/quant/tl_formats.py: the same fp32 operations in the same order, UE8M0 and e2m1 by integer
 bit arithmetic on reinterpreted fp32, clamps with NaN kept); MTE3 stores the codes and the scales.
-TileLang's auto-scheduler inserts the pipe flags and double-buffers the tiles. Two points where the
-Ascend side differs in form, not in result:
+TileLang's auto-scheduler inserts the pipe flags and double-buffers the tiles. Among the points
+where the Ascend side differs in form, not in result (one SIMT thread a group instead of CUDA's lane
+shuffles, scalar loops instead of vectors):
   * the amax is a compare-and-select (|v| > acc ? |v| : acc), which ignores NaN by IEEE comparison
     whatever the SIMT `max` does with NaN (fmaxf semantics on CUDA give the same value);
   * DeepGEMM's column-major scale layout is written with one DMA per group column of a tile (the
@@ -83,7 +84,8 @@ def _pad(n: int, elem_bytes: float) -> int:
 
 def tile_config(D: int, group: int, elem: int) -> TileConfig:
     rows = max(1, min(_MAX_ROWS, _TILE_BYTES // (D * elem)))
-    groups = D // group
+    # A partial last group (dequantising a weight whose K is no multiple of 128) is a group too.
+    groups = -(-D // group)
     threads = min(_SIMT_THREADS, rows * groups)
     return TileConfig(rows=rows, groups=groups, threads=threads, rounds=-(-rows * groups // threads))
 
@@ -101,11 +103,12 @@ def quant_shipped_configs() -> dict[str, list[tuple]]:
     return {
         "quant_fp8_group_tl": [
             (7168, 128, "bfloat16", False, "row", 7168, 16),  # 2 rows of 56 groups
-            (7168, 16, "float16", True, "tma_col", 7168, 16),  # 896 groups: threads loop
+            (7168, 16, "float16", True, "tma_col", 7168, 16),  # 2 rows of 448 groups
             (576, 64, "float32", False, "tma_col", 577, 16),  # strided, 14 rows
             (576, 32, "bfloat16", True, "tma_col", 577, 16),
             (16384, 32, "float32", True, "row", 16384, 16),  # one 64 KiB row
             (128, 16, "bfloat16", False, "row", 128, 16),  # 64 rows (the cap)
+            (20480, 16, "bfloat16", True, "row", 20480, 16),  # 1280 groups in one row: threads loop
         ],
         "quant_fp8_token_tl": [
             (7168, "bfloat16", False, "row", 7168, 16),
@@ -122,6 +125,7 @@ def quant_shipped_configs() -> dict[str, list[tuple]]:
             (7168, 7168, "row", 1, 16),  # per token
             (7168, BLOCK, "row", BLOCK, 16),  # weight blocks
             (200, BLOCK, "row", BLOCK, 16),  # a partial edge block
+            (20480, 16, "row", 1, 16),  # 1280 groups in one row: threads loop
         ],
         "dequant_fp4_e4m3_tl": [(7168, 16), (16384, 16), (64, 16)],
         "dequant_fp4_ue8m0_tl": [(7168, 16), (64, 16)],
@@ -374,10 +378,9 @@ def dequant_fp8_tl(D: int, group: int, scale_layout: str, row_block: int, *, x_a
         raise ValueError(f"dequant_fp8: unsupported group {group} / row_block {row_block} for D {D}")
     if row_block == BLOCK and scale_layout != "row":
         raise ValueError("dequant_fp8: block scales are row-major")
-    groups = -(-D // group)
     cfg = _dequant_tile(D, group)
     t = T.dynamic("t")
-    rows = cfg.rows
+    rows, groups = cfg.rows, cfg.groups
     scale_rows = T.ceildiv(t, BLOCK) if row_block == BLOCK else t
 
     def scale_at(scale, row, j):

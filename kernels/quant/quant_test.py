@@ -823,6 +823,30 @@ def test_ascend_config_lowers_and_fits_ub(case):
 
 
 @pytest.mark.codegen_ascend
+@pytest.mark.parametrize("case", [c for c in _asc_cases() if c[0] == "dequant_fp8_tl"], ids=_case_id)
+def test_ascend_dequant_tiles_cover_every_group(case):
+    # A partial last group (K no multiple of 128) is a group: the SIMT loop must reach it in every
+    # row of a tile, or the tile's later rows are never written.
+    from kernels.quant import asc
+
+    D, group = case[1][:2]
+    cfg = asc._dequant_tile(D, group)
+    assert (cfg.groups - 1) * group < D <= cfg.groups * group
+    assert cfg.threads * cfg.rounds >= cfg.rows * cfg.groups
+
+
+@pytest.mark.codegen_ascend
+def test_ascend_shipped_configs_loop_threads():
+    # Some shipped tile of each SIMT row kernel holds more groups than threads (the rounds loop).
+    from kernels.quant import asc
+
+    configs = asc.quant_shipped_configs()
+    elem = {"bfloat16": 2, "float16": 2, "float32": 4}
+    assert any(asc._dequant_tile(*c[:2]).rounds > 1 for c in configs["dequant_fp8_tl"])
+    assert any(asc.tile_config(c[0], c[1], elem[c[2]]).rounds > 1 for c in configs["quant_fp8_group_tl"])
+
+
+@pytest.mark.codegen_ascend
 def test_ascend_factories_match_cuda_names():
     from kernels.quant import asc, cuda
 
