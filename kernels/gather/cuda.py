@@ -132,7 +132,7 @@ def gather_shipped_configs() -> list[tuple[int, str, str, int, int]]:
         (7168, "bfloat16", "int64", 7168, 16),  # hidden size: 4 blocks of 128 threads per row
         (2048, "float16", "int64", 7168, 16),  # strided rows, exactly one block per row
         (576, "bfloat16", "int32", 576, 16),  # MLA latent + rope: 2 rows of 64 threads per block
-        (7, "float32", "int32", 9, 16),  # odd, strided: 64 rows of 2 threads
+        (7, "float32", "int32", 9, 16),  # odd, strided: 32 rows of 4 threads
         (1, "uint8", "int64", 1, 16),  # one byte per row, 128 rows per block
     ]
 

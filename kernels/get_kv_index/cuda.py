@@ -26,7 +26,7 @@ count and prefix in int32; slots and block-table offsets are computed in int64.
 Each output element needs the request that owns it, a search over a prefix array (the given
 indptr, or the page-count prefix of seq_lens). Every kernel is one launch of 256-thread blocks,
 one output element per thread, and every block builds the prefix array it needs in its own shared
-memory, then binary-searches it there (11 shared-memory steps, about 30 cycles each), so:
+memory, then binary-searches it there (10 or 11 shared-memory steps, about 30 cycles each), so:
   * no second launch and no cross-block communication (a one-block prefix kernel followed by a
     search kernel costs a second launch; one block doing everything serialises a 16384-token
     prefill on one SM; a decoupled look-back needs a zeroed workspace and atomics);

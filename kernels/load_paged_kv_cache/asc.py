@@ -9,7 +9,8 @@ Unified Buffer), keeps the running prefix, and records for each tile row its req
 (the tile-0 core also stores cu_seqlens); it then fetches each valid row's block id from the block
 table (one small DMA per row) and brings the row's record in with one DMA, a bf16 row with one
 DMA per head (a slot's heads are not adjacent in an HND cache; plain rows are one head). One SIMT
-region dequantises the tile (kernels/quant/tl_formats.py's expressions, as the CUDA kernel) or
+region dequantises the tile (the portable forms of kernels/quant/tl_formats.py's expressions, with
+results bit-identical to the CUDA kernel's) or
 zero-fills rows without a slot; MTE3 stores the rows that belong to requests (a prefix of the
 tile: rows past the total stay untouched, rows at or past cap are outside the view). Row ids,
 positions and cache offsets are 64-bit. `x_align` is accepted for signature parity and ignored

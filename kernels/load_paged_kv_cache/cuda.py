@@ -42,7 +42,7 @@ request whose range meets the tile records (request, position) for those rows in
 block 0 also writes cu_seqlens. Then one thread per tile row looks its slot up in the block table,
 and the rows are copied (loads of a thread all issued before its stores) with 128-bit accesses
 where the row allows. The scan costs every block B lengths from L2 (B / threads loads per thread
-and two barriers per chunk): negligible for a few thousand requests against the 32+ rows of
+and two barriers per chunk): negligible for a few thousand requests against the 16+ rows of
 576 x 2 bytes a block moves. A two-phase design (cu_seqlens first, then a row kernel
 binary-searching it) would add a launch and a dependent global read per row, which matters most
 at decode sizes, where the launch is the cost.

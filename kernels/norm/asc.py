@@ -393,7 +393,8 @@ class Fp8Tiling:
 
     @property
     def groups_per_vreg(self) -> int:
-        """Groups in one 64-lane register (groups of 16 and 32); 0 when a group spans registers."""
+        """Groups in one 64-lane register (groups of 16 and 32, and per-token rows of D < 64); 0
+        when a group fills one register or more."""
         return _LANES // self.group if self.group < _LANES else 0
 
 
@@ -507,7 +508,7 @@ def _fp8_macros(cfg: NormConfig, fp8: Fp8Tiling, D: int, dtype: str, ue8m0: bool
 
     @T.macro
     def quantise_wide(tile, q_tile, s_tile, r, acc, val, inv):
-        """Groups of one register or more (64, 128, or the whole row per token)."""
+        """Groups of one register or more (64, 128, or the whole row per token when D >= 64)."""
         all_lanes = lanes(0, _LANES)
         for g in T.serial(fp8.groups):
             acc[0] = T.simd.vdup(T.float32(0), "float32")
@@ -542,8 +543,8 @@ def _fp8_macros(cfg: NormConfig, fp8: Fp8Tiling, D: int, dtype: str, ue8m0: bool
 
     @T.macro
     def quantise_narrow(tile, q_tile, s_tile, r, val, inv):
-        """Groups of 16 or 32: several per register; D % group == 0, so the last register holds
-        whole groups."""
+        """Groups narrower than a register (16, 32, or a per-token row of D < 64): one or more per
+        register; D % group == 0, so the last register holds whole groups."""
         for j in T.serial(full):
             val[0] = load_y(tile, r, j)
             quantise_vreg(q_tile, s_tile, r, j, per_vreg, val, inv)

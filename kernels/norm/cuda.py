@@ -133,7 +133,8 @@ _MAX_VECTOR_BYTES = 16
 # bf16/fp16 (either variant), 8 of fp32, 4 of fp32 with a residual; a 7168-wide bf16 row takes 224
 # threads, a 16384-wide one 512 (the fused kernels hold fewer: _FUSED_OPERAND_BYTES).
 _MAX_ROW_REGISTERS = 32
-# Vectors one thread holds, at most (binds only for narrow vectors, i.e. odd D or unaligned data).
+# Vectors one thread holds (binds only for narrow vectors, i.e. odd D or unaligned data): at most 8,
+# unless a row needs more than 1024 threads of 8; then up to 16 (16384 elements, 1-element vectors).
 _MAX_STEPS = 8
 # The fused kernels' threads hold at most this many bytes of each (t, D) operand: two 16-byte
 # vectors, twice the threads of the register budget's four. Same-run probe on the H200 (7168 bf16,
@@ -190,7 +191,8 @@ def norm_config(
     budget).
 
     `threads` is the smallest block (short rows share it; a power of two in [32, 1024]) and
-    `max_steps` the most vectors a thread holds (tuning knobs; None takes the defaults above).
+    `max_steps` caps the vectors a thread holds (tuning knobs; None takes the defaults above); a
+    row that would need more than 1024 threads at the cap gives each of 1024 threads more.
     `lane_multiple` (1 or a power of two up to 128) rounds a row of more than a warp up to a
     multiple of that many lanes (the default 1 leaves the shape as it always was).
     `operand_bytes` caps the bytes of each operand a thread holds (the fused kernels pass
@@ -248,12 +250,12 @@ def add_norm_config(
 def norm_shipped_configs() -> list[tuple[int, str, int, int]]:
     """(D, dtype, x_stride, x_align) tuples covering every path of norm_config.
 
-    Register pressure grows with the row elements a thread holds (steps x vector elements), so
-    for each of the 7 (element size, vector width) classes that some D in 1..16384 and alignment
+    Register pressure grows with the row elements a thread holds (steps x vector elements), so for
+    each of the 7 (element size, vector width) classes that some D in 1..16384 and alignment
     reaches, the case with the most steps (the largest D among ties) is here; the codegen test
     recomputes these maxima over every D and alignment. The rest add every dtype, the models'
-    widths, strided rows, 1 to 64 rows per block, 1 to 32 warps per row, a row of a non-power-of-two
-    number of warps and partial last steps.
+    widths, strided rows, 1 to 128 rows per block, 1 to 32 warps per row, a row of a
+    non-power-of-two number of warps and partial last steps.
     """
     return [
         # The worst case of each class: element bytes x vector bytes (misaligned base pointers).
@@ -546,8 +548,9 @@ FP8_DTYPE = "float8_e4m3"
 # threads, each with the same row in flight as the norm: 3/4 of its bytes in flight per SM) do not.
 _FP8_RESIDENT_THREADS = 768
 # Register cap a plain FP8 kernel needs to hold its row widened to fp32 (up to 32 registers of row
-# data) without spilling: shapes at 768 resident threads get 85-96; 1024 resident threads (rows of
-# 512 or 1024 threads) get 64, which spills on sm_100a, so those keep their row packed.
+# data) without spilling; below it the row stays packed. The cap is 65536 / resident threads, and
+# blocks per SM rounded to _FP8_RESIDENT_THREADS leave 544 to 1024 of them: 64 to 120 registers
+# (64 for rows of 512 or 1024 threads, which spills on sm_100a; 73 for 448 or 896).
 _WIDE_ROW_REGISTERS = 80
 _REGISTERS_PER_SM = 65536
 
@@ -655,7 +658,7 @@ def fp8_shipped_configs() -> list[tuple[int, str, int, int, int]]:
         (7168, "float32", 7168, 16, 128),
         (16384, "float32", 16384, 16, 128),
         (576, "float32", 576, 16, 576),
-        (16384, "bfloat16", 16384, 8, 16384),  # 4-element vectors: 1024 threads x 4 steps
+        (16384, "bfloat16", 16384, 8, 16384),  # 4-element vectors: 512 threads x 8 steps
         (16384, "float32", 16384, 8, 64),  # 2-element vectors: 32-lane groups, 1024 threads x 8 steps
         # Narrow vectors (misaligned base or odd stride): groups of 64 / 128 lanes span warps.
         (7168, "bfloat16", 7168, 2, 128),  # 1-element vectors: 128-lane groups, 896 threads x 8 steps

@@ -36,7 +36,7 @@ Where the work runs (pure vector (AIV) kernels, no Cube work, no SIMT region):
     (adding into `counts`, as the CUDA kernel does, so the interface zeroes it first on both).
 
 UB budget (measured on the lowered kernels by testing/codegen_ascend.py): rows at most 2 x 32 KiB
-tiles (64 KiB for a float32 row of 16384) plus a few hundred bytes; compaction 32 KiB of flags
+tiles (64 KiB for a float32 row of 16384) plus a few hundred bytes; compaction 40 KiB of flags
 and ids; columns 2 x 32 KiB tiles plus the chunk's counts.
 
 `x_align` is accepted for signature parity with the CUDA factories and ignored: the global-memory

@@ -73,8 +73,9 @@ __all__ = [
 ]
 
 DTYPES = ("bfloat16", "float16", "float32")
-# Widest row of the row mode: a row is split over at most one block of threads, each holding at
-# most _MAX_STEPS vectors, and 16384 covers every model's hidden size.
+# Widest row of the row mode: a row is split over at most one block of threads, each holding
+# _MAX_STEPS vectors (up to 16 of 2 or 4 bytes when 1024 threads of 8 fall short), and 16384 covers
+# every model's hidden size.
 MAX_D = 16384
 
 # One 128-bit access per instruction is the widest global load a thread can issue.

@@ -33,7 +33,7 @@ tl_formats.e2m1_code_denormal, whose one multiply per element is by inv * 2**-12
 2**-126, in groups whose scale exceeds 2**23). NVFP4 takes a group's inv from a per-block table of
 the IEEE reciprocals of (e4m3 code * global scale), one per code; where 6 * global scale lies in
 _NVFP4_FAST_DIVISOR it divides the amax by it with tl_formats.markstein_quotient, and there (up to
-_NVFP4_WORD_DIVISOR_MAX for bf16) encodes bf16 / fp16 eight codes at a time with
+the dtype's _NVFP4_WORD_DIVISOR_MAX) encodes bf16 / fp16 eight codes at a time with
 tl_formats.e2m1_word, each product formed as fma(x, inv, +0.0): the product's value, with -0.0
 made +0.0.
 
@@ -173,10 +173,10 @@ def row_config(
 def quant_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,)]} covering every path of the factories.
 
-    Per factory: every input dtype and group; 16-byte vectors at the model widths (576 MLA,
-    1536, 4096, 7168, 16384) where rows span 1 to 4 steps, several rows per block or several
-    blocks per row; misaligned data (2-byte vectors, so a lane holds several vectors of a group
-    and FP4 lanes pair elements across vectors); strided rows; both scale layouts; UE8M0.
+    Per factory: every input dtype and group; 16-byte vectors at 1536, 7168 and 16384 (a few steps
+    a thread; several rows per block, one block per row or several blocks per row); misaligned
+    data: 576 (MLA) with 2-byte and 4096 with 4-byte vectors, so a lane holds several vectors of a
+    group and FP4 lanes pair elements across vectors; strided rows; both scale layouts; UE8M0.
     """
     fp8_group = [
         (D, g, dt, u8, lay, s, a)
@@ -191,7 +191,7 @@ def quant_shipped_configs() -> dict[str, list[tuple]]:
         for (D, s, a) in [(7168, 7168, 16), (16384, 16384, 16), (576, 577, 2), (128, 128, 16)]
         for dt in DTYPES
         for u8, lay in [(False, "row"), (True, "tma_col")]
-    ] + [(16384, "bfloat16", False, "row", 16384, 2)]  # the most steps: 2-byte vectors, 1024 threads
+    ] + [(16384, "bfloat16", False, "row", 16384, 2)]  # the most steps: 2-byte vectors, 512 threads x 32
     fp8_block = [(K, dt, u8, s, a) for (K, s, a) in [(7168, 7168, 16), (200, 201, 2), (4096, 4096, 4)] for dt in DTYPES for u8 in (False, True)]
     fp4 = [(D, dt, s, a) for (D, s, a) in [(7168, 7168, 16), (576, 577, 2), (16384, 16384, 16), (64, 96, 16)] for dt in DTYPES]
     dequant_fp8 = [

@@ -21,15 +21,15 @@ few hundred searches, a few microseconds of latency at most, so a second launch 
 communication would cost more than it saves. Thread t owns the keff = ceil(B / 512) consecutive
 requests keff * t .. keff * t + keff - 1 (one request each up to B = 512, at most 8 at B = 4096): the
 per-request work is a serial chain within its thread (two integer divisions in the split count
-alone), so spreading a small batch over the whole block keeps that chain one request long. Its
-keff <= 8 slots are unrolled with the unused ones masked (all its loads in flight at once). Three
-fixed-order block scans (kernels/tl_scan.py: warp shuffles, then per-warp totals; no atomics, so
-the result is deterministic) give the query-token prefix (query_start_loc), the KV-block prefix
-(kept in shared memory for the searches) and, once per_part = ceil(total / num_sm_parts) is known,
-the num_splits prefix. Each thread then writes its requests' 1 + k tokens, and the parts are handed
-out one per thread: a part finds the requests of its first and last block by binary search over the
-shared block prefix (12 steps). Tokens at or past query_start_loc[B] are padded with -1 by a
-strided loop.
+alone), so spreading a small batch over the whole block keeps that chain one request long. Its keff
+<= 8 slots are unrolled with the unused ones masked (all its loads in flight at once). Three
+fixed-order block scans (kernels/tl_scan.py: warp shuffles, then per-warp totals; no atomics, so the
+result is deterministic) give the query-token prefix (query_start_loc), the KV-block prefix (kept in
+shared memory for the searches) and, once per_part = ceil(total / num_sm_parts) is known, the
+num_splits prefix. Each thread then writes its requests' 1 + k tokens, and the parts are handed out
+one per thread per round: a part finds the requests of its first and last block by binary search
+over the shared block prefix (12 steps). Tokens at or past query_start_loc[B] are padded with -1 by
+a strided loop.
 
 schedule_mtp_varlen_warp_tl, for decode batches (1 <= B <= 32 * slots, slots in WARP_KERNEL_SLOTS;
 the interface picks the fewest slots that hold B, and the kernel by api.WARP_KERNEL_MAX_BATCH). The

@@ -12,17 +12,19 @@ scalar unit reads and range-checks each one in 64 bits:
     into a second one) and MTE3 moves them to the token's cache slot (the slot is a scalar, so the
     GM address of each DMA is computed at run time, as `gather` does for its source rows);
   * quantised records: MTE2 brings the tile's 576-wide rows into the UB at once; one SIMT region
-    gives each thread one scale group of one token, which it reduces and encodes with exactly the
-    CUDA kernel's expressions (kernels/quant/tl_formats.py; the amax is a compare-and-select, which
-    ignores NaN like fmaxf), writing the codes, the scale bytes and its share of the rope bytes into
-    a UB record tile; then MTE3 stores each valid token's record to its slot.
+    gives each thread one scale group of one token, which it reduces and encodes with the portable
+    forms of the CUDA kernel's expressions (kernels/quant/tl_formats.py: e4m3 by clamp and cast
+    where CUDA converts with saturation, the amax a compare-and-select, which ignores NaN like
+    fmaxf), bit-identical results, writing the codes, the scale bytes and its share of the rope
+    bytes into a UB record tile; then MTE3 stores each valid token's record to its slot.
 The checked kernels count out-of-range slots per core in a scalar and add the count to
 out_of_range with one store-mode atomic add (SetAtomicAdd<int32_t>) per core at the end.
 
-UB budget: copies 2 x (H x Dh padded to 32 bytes) staging (at most 2 x 32 KiB at MAX_ROW) plus the
-slots; records a 16 x 1152-byte row tile, a 16-record tile (at most 10.5 KiB) and the 32 KiB SIMT
-reservation. `x_align` is accepted for signature parity and ignored: the global-memory side of an
-Ascend DMA is byte-granular.
+UB budget: copies 2 x (H x Dh padded to 32 bytes) staging (at most 2 x 32 KiB at MAX_ROW when a head
+is a multiple of 32 bytes; each head's padding adds up to 31 bytes) plus the slots; records a 16 x
+1152-byte row tile, a 16-record tile (at most 10.5 KiB) and the 32 KiB SIMT reservation. `x_align`
+is accepted for signature parity and ignored: the global-memory side of an Ascend DMA is
+byte-granular.
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -66,9 +68,9 @@ def _pad(n: int, elem: int) -> int:
 
 
 def store_kv_shipped_configs() -> dict[str, list[tuple]]:
-    """{factory: [positional args + (x_align,)]}: the CUDA backend's list minus the alignment
-    variants (alignment does not change an Ascend kernel), covering the MLA row, MAX_ROW, per-head
-    NHD / HND views, fp16, a block size of 1, both index types and both record formats with
+    """{factory: [positional args + (x_align,)]}: a subset of the CUDA backend's list, without its
+    alignment variants (alignment does not change an Ascend kernel), covering the MLA row, MAX_ROW,
+    per-head NHD / HND views, fp16, a block size of 1, both index types and both record formats with
     strided rows and block strides."""
     mla = (1, WIDTH, "bfloat16")
     copies = [

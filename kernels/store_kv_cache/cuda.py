@@ -26,11 +26,11 @@ Row i goes to slot s = slot_mapping[i], i.e. block s // block_size, offset s % b
 < 0 (a padding token) is not written, but its row may still be read (the loads go out with the
 slot's); a slot >= num_blocks * block_size is never written (the checked kernels count it). Valid
 slots must be distinct (which of two rows sharing a slot lands is unspecified). Quantised records
-are `layout.encode_rows` bit for bit: fmaxf amax (NaN ignored), the floor, an IEEE division by the
-format maximum, UE8M0 rounding by integer bit arithmetic, one IEEE reciprocal per group, one
-multiply per element, e4m3 clamp with NaN kept or e2m1 nearest-even by comparisons
-(kernels/quant/tl_formats.py); no fast-math and no add, so no fused multiply-add can change a
-rounding.
+are `layout.encode_rows` bit for bit (kernels/quant/tl_formats.py): fmaxf amax (NaN ignored), the
+floor, the UE8M0 scale from the exponent bits of the floored amax (no division), its reciprocal by
+an integer subtraction of the bits (exact), one multiply per element, then e4m3 by one saturating
+conversion (NaN kept) or e2m1 by e2m1_code_denormal (two multiplies where a scale above 2**23 would
+underflow the one); no fast-math and no add, so no fused multiply-add can change a rounding.
 
 t and num_blocks are dynamic: one compiled kernel serves every batch and every cache size; every
 offset is 64-bit (slot * record_bytes and block * block_stride pass 2**31 on large caches). t == 0

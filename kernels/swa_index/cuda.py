@@ -60,9 +60,10 @@ _THREADS = 256
 # Tokens per block, one warp each: every block scans query_start_loc once for all of them, and a
 # row's token, request and window are warp-uniform.
 _TOK = _THREADS // 32
-# Columns of a token per block: each lane owns 32 or 16 of them, 32 apart, so every store
-# instruction of a warp writes 32 consecutive int32 (128 bytes). 32 where one block-table load per
-# lane serves the warp (few registers), 16 where every column loads its own entry (all in flight).
+# Columns of a token each lane takes per round (a warp's round covers 32 times as many), 32 apart,
+# so every store instruction of a warp writes 32 consecutive int32 (128 bytes): _PER_SHUFFLE where
+# one block-table load per lane serves the round (few registers), _PER_LOAD where every column
+# loads its own entry (all in flight).
 _PER_SHUFFLE = 32
 _PER_LOAD = 16
 # query_start_loc entries per thread per scan round (1024 requests a round).
