@@ -32,8 +32,9 @@ def _clean_gate_env(monkeypatch):
 
 
 @pytest.fixture
-def rng(request) -> random.Random:
-    return random.Random(f"benchmark_gate_test:{request.node.nodeid}")
+def rng(seed) -> random.Random:
+    """Python's RNG from the plugin's per-test seed (--seed and the test id), like torch's."""
+    return random.Random(seed)
 
 
 # --- time gate ---------------------------------------------------------------------------------
