@@ -7,14 +7,14 @@ Where the work runs: a vector (AIV) kernel, one persistent block per vector core
 `rows` output rows. Per tile the scalar unit walks seq_lens (MTE2 brings them in chunks into the
 Unified Buffer), keeps the running prefix, and records for each tile row its request and position
 (the tile-0 core also stores cu_seqlens); it then fetches each valid row's block id from the block
-table (one small DMA per row) and brings the row's record in with one DMA, a bf16 row with one
-DMA per head (a slot's heads are not adjacent in an HND cache; plain rows are one head). One SIMT
-region dequantises the tile (the portable forms of kernels/quant/tl_formats.py's expressions, with
-results bit-identical to the CUDA kernel's) or
-zero-fills rows without a slot; MTE3 stores the rows that belong to requests (a prefix of the
-tile: rows past the total stay untouched, rows at or past cap are outside the view). Row ids,
-positions and cache offsets are 64-bit. `x_align` is accepted for signature parity and ignored
-(global-memory DMAs are byte-granular).
+table (one small DMA per row) and brings the row's record in with one DMA, a bf16 row with one DMA
+per head (a slot's heads are not adjacent in an HND cache; plain rows are one head), each head at a
+32-byte aligned pitch of the UB, as a DMA's UB address must be. One SIMT region dequantises the tile
+(the portable forms of kernels/quant/tl_formats.py's expressions, with results bit-identical to the
+CUDA kernel's) or zero-fills rows without a slot; MTE3 stores the rows that belong to requests (a
+prefix of the tile: rows past the total stay untouched, rows at or past cap are outside the view).
+Row ids, positions and cache offsets are 64-bit. `x_align` is accepted for signature parity and
+ignored (global-memory DMAs are byte-granular).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -33,6 +33,9 @@ MAX_D = 16384
 _VECTOR_CORES = 64
 # Output bytes per tile: whole rows up to 32 KiB, at most 32 rows (the scalar per-row work).
 _TILE_BYTES = 32 * 1024
+# One bf16 row's per-head staging, at most: MAX_D values, or heads of 8 values (16 bytes padded to
+# 32); only narrower heads of wide rows are refused.
+_STAGE_BYTES = 64 * 1024
 _MAX_ROWS = 32
 # Lengths brought into the UB per chunk of the scan.
 _LENS_CHUNK = 1024
@@ -40,9 +43,10 @@ _SIMT_THREADS = 1024
 _UB_ALIGN = 32
 
 
-def tile_rows(D: int) -> int:
-    """Rows per tile for output rows of D bf16 values."""
-    return max(1, min(_MAX_ROWS, _TILE_BYTES // (2 * D)))
+def tile_rows(D: int, staged: int = 0) -> int:
+    """Rows per tile for output rows of D bf16 values, each staged in `staged` bf16 UB elements
+    (per-head padding; 0: D)."""
+    return max(1, min(_MAX_ROWS, _TILE_BYTES // (2 * max(D, staged))))
 
 
 def _pad(n: int, elem_bytes: int) -> int:
@@ -52,9 +56,10 @@ def _pad(n: int, elem_bytes: int) -> int:
 
 def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
     """{factory name: [positional args + (x_align,) for bf16]}: tiles of 28 rows (576), of 32 rows
-    (the cap, 128), of one row (16384, the largest UB footprint); an odd width; per-head NHD and
-    HND caches and block-strided rows; both index dtypes and no starts; both record layouts, dense
-    and block-strided (one half of a K/V-interleaved pool)."""
+    (the cap, 128), of one row (16384); an odd width; per-head NHD and HND caches, heads padded in
+    the UB (12 bytes to 32; 16 to 32 at 16384 values, the largest UB footprint) and block-strided
+    rows; both index dtypes and no starts; both record layouts, dense and block-strided (one half
+    of a K/V-interleaved pool)."""
     return {
         "load_paged_kv_bf16_tl": [
             (1, 576, 64, (64 * 576, 576, 576), "int32", None, 16),
@@ -64,6 +69,8 @@ def load_paged_kv_shipped_configs() -> dict[str, list[tuple]]:
             (8, 128, 16, (16 * 1024, 1024, 128), "int32", None, 16),
             (8, 128, 64, (64 * 1024, 128, 64 * 128), "int64", "int32", 16),
             (1, 576, 64, (2 * 64 * 576, 576, 576), "int32", "int64", 16),
+            (3, 6, 5, (180, 18, 6), "int64", None, 16),  # heads of 12 bytes, each staged at 32
+            (2048, 8, 1, (16384, 16384, 8), "int32", None, 16),  # 64 KiB of staging for a 32 KiB row
         ],
         "load_paged_kv_fp4_tl": [(64, 64 * 400, "int32", "int64"), (16, 2 * 16 * 400, "int64", None)],
         "load_paged_kv_fp8_tl": [(16, 16 * 656, "int64", None), (64, 2 * 64 * 656, "int32", "int32")],
@@ -78,9 +85,14 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
     b, max_blocks, num_blocks, cap = T.dynamic("b"), T.dynamic("max_blocks"), T.dynamic("num_blocks"), T.dynamic("cap")
     starts_t = starts_dtype if starts_dtype is not None else lens_dtype
     width = D if records is None else layout.WIDTH
-    rows = tile_rows(width)
     R = D if records is None else records.record_bytes
     Dh = D // H
+    # A DMA into the UB needs a 32-byte aligned destination, so each head of a bf16 slot lands at
+    # its own padded pitch (heads of 16 * j values: no padding).
+    pitch = _pad(Dh, 2)
+    if records is None and 2 * H * pitch > _STAGE_BYTES:
+        raise ValueError(f"load_paged_kv_cache: {H} heads of {Dh} values padded to 32 bytes each exceed the Ascend staging row of {_STAGE_BYTES} bytes")
+    rows = tile_rows(width, H * pitch if records is None else 0)
     src_dtype = "bfloat16" if records is None else "uint8"
     src_elem = 2 if records is None else 1
     groups = 1 if records is None else records.groups
@@ -110,7 +122,7 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
             pos_ub = T.alloc_shared((_pad(rows, 8),), "int64")
             blk_ub = T.alloc_shared((_pad(rows, 4),), "int32")
             one_ub = T.alloc_shared((8,), "int32")
-            src_ub = T.alloc_shared((rows, _pad(R, src_elem)), src_dtype)
+            src_ub = T.alloc_shared((rows, H, pitch), src_dtype) if records is None else T.alloc_shared((rows, _pad(R, src_elem)), src_dtype)
             y_ub = T.alloc_shared((rows, _pad(width, 2)), "bfloat16")
             carry = T.alloc_var("int32", init=0)
             written = T.alloc_var("int32", init=0)
@@ -155,7 +167,7 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
                                 if records is None:
                                     # One DMA per head: a slot's heads need not be adjacent (HND).
                                     for h in T.serial(H):
-                                        T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, h, :], src_ub[r, h * Dh : (h + 1) * Dh])
+                                        T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, h, :], src_ub[r, h, :Dh])
                                 else:
                                     T.copy(cache[T.cast(one_ub[0], "int64"), p % block_size, :], src_ub[r, :R])
                 with T.SimtVF(threads=threads):
@@ -167,8 +179,9 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
                             r = idx // groups
                             g = idx % groups
                             if records is None:
-                                for e in T.serial(D):
-                                    y_ub[r, e] = T.if_then_else(blk_ub[r] >= 0, src_ub[r, e], T.bfloat16(0))
+                                for h in T.serial(H):
+                                    for e in T.serial(Dh):
+                                        y_ub[r, h * Dh + e] = T.if_then_else(blk_ub[r] >= 0, src_ub[r, h, e], T.bfloat16(0))
                             else:
                                 group = records.group
                                 if records.scale_bytes == 1:

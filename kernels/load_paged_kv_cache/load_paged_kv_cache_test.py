@@ -598,6 +598,18 @@ def test_ascend_config_lowers_and_fits_ub(case):
     codegen_ascend.assert_ub_fits(fn, *args, **kwargs)
 
 
+@pytest.mark.codegen_ascend
+def test_ascend_stages_heads_at_aligned_pitch():
+    # A DMA's UB address must be 32-byte aligned, so heads are staged at a padded pitch; where that
+    # staging would pass its budget the factory refuses, naming the heads.
+    from kernels.load_paged_kv_cache import asc
+
+    assert asc.tile_rows(18, 3 * 16) == asc.tile_rows(48)
+    with pytest.raises(ValueError, match="16384 heads of 1 values"):
+        asc.load_paged_kv_bf16_tl(16384, 1, 1, (16384, 16384, 1), "int32", None)
+    assert any(c[0] > 1 and c[1] % 16 for c in asc.load_paged_kv_shipped_configs()["load_paged_kv_bf16_tl"])
+
+
 # ----------------------------------------------------------------------------------------------------
 # Device: the backend's kernel against the reference, on the accelerator.
 

@@ -59,6 +59,9 @@ _VECTOR_CORES = 64
 _COPY_ROWS = 64
 _RECORD_ROWS = 16
 _UB_ALIGN = 32
+# The copy kernels' K (and V) staging, at most: a MAX_ROW pair twice over, so at MAX_ROW a pair's
+# heads pass down to 16 bytes (8 values), a single row's down to 8; narrower ones are refused.
+_STAGE_BYTES = 128 * 1024
 E4M3 = "float8_e4m3"
 
 
@@ -68,10 +71,11 @@ def _pad(n: int, elem: int) -> int:
 
 
 def store_kv_shipped_configs() -> dict[str, list[tuple]]:
-    """{factory: [positional args + (x_align,)]}: a subset of the CUDA backend's list, without its
-    alignment variants (alignment does not change an Ascend kernel), covering the MLA row, MAX_ROW,
-    per-head NHD / HND views, fp16, a block size of 1, both index types and both record formats with
-    strided rows and block strides."""
+    """{factory: [positional args + (x_align,)]}: cases of the CUDA backend's list, without its
+    alignment variants (alignment does not change an Ascend kernel), and the largest per-head
+    staging the copy kernels allow; covering the MLA row, MAX_ROW, per-head NHD / HND views, fp16, a
+    block size of 1, both index types and both record formats with strided rows and block
+    strides."""
     mla = (1, WIDTH, "bfloat16")
     copies = [
         (*mla, "int64", 64, (WIDTH, WIDTH), (64 * WIDTH, WIDTH, WIDTH), 16),
@@ -85,7 +89,8 @@ def store_kv_shipped_configs() -> dict[str, list[tuple]]:
     return {
         "store_kv_tl": copies,
         "store_kv_checked_tl": [copies[0]],
-        "store_kv_pair_tl": [copies[1], copies[3], copies[4]],
+        # The last: K and V of 2048 heads of 8 values, 128 KiB of staging (the most allowed).
+        "store_kv_pair_tl": [copies[1], copies[3], copies[4], (2048, 8, "bfloat16", "int64", 1, (MAX_ROW, 8), (MAX_ROW, MAX_ROW, 8), 16)],
         "store_kv_pair_checked_tl": [copies[3]],
         "store_kv_fp4_tl": fp4,
         "store_kv_fp4_checked_tl": [fp4[0]],
@@ -107,6 +112,9 @@ def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_s
     check_slots(name, index_dtype, block_size)
     check_row(name, H, Dh, dtype)
     pitch = _pad(Dh, element_bytes(dtype))
+    staged = (2 if pair else 1) * H * pitch * element_bytes(dtype)
+    if staged > _STAGE_BYTES:
+        raise ValueError(f"{name}: {H} heads of {Dh} values padded to 32 bytes each need {staged} bytes of Ascend staging, over {_STAGE_BYTES}")
 
     @T.macro
     def body(k, v, slot_mapping, k_cache, v_cache, out_of_range, t, num_blocks):

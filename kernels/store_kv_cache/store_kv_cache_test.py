@@ -494,6 +494,17 @@ def test_ascend_config_lowers_and_fits_ub(case):
 
 
 @pytest.mark.codegen_ascend
+def test_ascend_refuses_staging_past_its_budget():
+    # Heads are staged at a 32-byte pitch: 16384 heads of 1 value would need 512 KiB of UB.
+    from kernels.store_kv_cache import asc
+
+    with pytest.raises(ValueError, match="16384 heads of 1 values"):
+        asc.store_kv_tl(16384, 1, "bfloat16", "int32", 1, (16384, 1), (16384, 16384, 1))
+    with pytest.raises(ValueError, match="4096 heads of 4 values"):
+        asc.store_kv_pair_tl(4096, 4, "bfloat16", "int32", 1, (16384, 4), (16384, 16384, 4))
+
+
+@pytest.mark.codegen_ascend
 def test_ascend_factories_match_cuda_names():
     from kernels.store_kv_cache import asc, cuda
 
