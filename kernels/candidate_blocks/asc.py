@@ -19,8 +19,9 @@ histogram of the keys matching the prefix so far, then a walk of the bins from t
 compacts the selected ids in ascending order into a UB row of k ids with -1
 padding. Paged calls then map the row through the block table in a SIMT region (one thread per
 output slot, scalar GM loads of block_table, as get_kv_index's Ascend kernels read it), and MTE3
-stores the row. The scalar passes cost about 5 * NB scalar steps per row: correct and simple, not
-tuned; a SIMT histogram is the next step once an NPU can measure it.
+stores the row. The scalar passes cost about 6 * NB + 2048 scalar steps per row (a key pass, four
+histogram passes and the compaction, plus four clears and walks of 256 bins): correct and simple,
+not tuned; a SIMT histogram is the next step once an NPU can measure it.
 
 UB budget: scores and keys 2 x 4 * NB bytes, the histogram 1 KiB, the output row 4 * k bytes (at
 most 25 KiB for NB = k = 2048), plus 32-byte scalars; testing/codegen_ascend.py measures it.

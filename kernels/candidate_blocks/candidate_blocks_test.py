@@ -34,17 +34,35 @@ def random_scores(n_q: int, nb: int, special: float = 0.1, levels: int = 7) -> t
 
 
 def random_counts(n_q: int, nb: int, dtype) -> torch.Tensor:
-    """Causal counts in [-3, nb + 3]: out-of-range ones exercise the clamp; 0, 1 and nb are common."""
+    """Causal counts in [-3, nb + 3]: out-of-range ones exercise the clamp; 0, 1 and nb are common.
+    int64 counts also take values past int32 (2**31, 2**32 + 1, -2**32), which a kernel narrowing
+    before it clamps would wrap."""
     kinds = torch.randint(0, 4, (n_q,))
     uniform = torch.randint(-3, nb + 4, (n_q,))
     fixed = torch.tensor([0, 1, nb])[torch.randint(0, 3, (n_q,))]
-    return torch.where(kinds == 0, fixed, uniform).to(dtype)
+    counts = torch.where(kinds == 0, fixed, uniform).to(dtype)
+    if dtype == torch.int64:
+        wide = torch.tensor([2**31, 2**32 + 1, -(2**32)])[torch.randint(0, 3, (n_q,))]
+        counts = torch.where(torch.rand(n_q) < 0.1, wide, counts)
+    return counts
+
+
+def random_req_index(n_q: int, n_req: int, dtype) -> torch.Tensor:
+    """Rows of the block table per query, about one in five invalid: -1, n_req and (int64) values
+    past int32 (2**32, which narrows to row 0, and -2**32 + 1, which narrows to 1)."""
+    req = torch.randint(-1, n_req + 1, (n_q,))
+    if dtype == torch.int64:
+        wide = torch.tensor([2**32, -(2**32) + 1])[torch.randint(0, 2, (n_q,))]
+        req = torch.where(torch.rand(n_q) < 0.1, wide, req)
+    return req.to(dtype)
 
 
 def random_table(n_req: int, max_blocks: int, holes: float = 0.05, wider: int = 3) -> torch.Tensor:
-    """(n_req, max_blocks) int32 of distinct shuffled pages, a few -1, as a view of a wider table."""
+    """(n_req, max_blocks) int32 of distinct shuffled pages, a few holes (-1, -2 or -7: any negative
+    entry is one), as a view of a wider table."""
     ids = torch.randperm(n_req * max_blocks * 2)[: n_req * max_blocks].to(torch.int32).reshape(n_req, max_blocks)
-    ids[torch.rand(n_req, max_blocks) < holes] = -1
+    hole = torch.rand(n_req, max_blocks) < holes
+    ids[hole] = torch.tensor([-1, -2, -7], dtype=torch.int32)[torch.randint(0, 3, (int(hole.sum()),))]
     table = torch.full((n_req, max_blocks + wider), -7, dtype=torch.int32)
     table[:, :max_blocks] = ids
     return table[:, :max_blocks]
@@ -115,7 +133,7 @@ def test_ref_block_table_matches_oracle(req_dtype):
     n_q, nb, k, n_req, max_blocks = 20, 50, 8, 4, 40  # ids past max_blocks map to -1
     scores, n_t = random_scores(n_q, nb), random_counts(n_q, nb, torch.int32)
     table = random_table(n_req, max_blocks)
-    req = torch.randint(-1, n_req + 1, (n_q,)).to(req_dtype)  # -1 and n_req: invalid rows
+    req = random_req_index(n_q, n_req, req_dtype)
     got = ref.candidate_blocks_ref(scores, n_t, k, 1, 2, table, req)
     assert_matches(got, oracle(scores, n_t, k, 1, 2, table, req), "pages")
 
@@ -210,6 +228,11 @@ def _bad_inputs():
         case("out-int64", ValueError, "out must be (3, 4) torch.int32", out=poisoned((3, 4), torch.int64, "cpu")),
         case("out-shape", ValueError, "out must be (3, 4)", out=poisoned((3, 5), i32, "cpu")),
         case("out-on-n", ValueError, "out overlaps n_t", n_t=shared[:3], out=shared[:12].view(3, 4)),
+        case("n-strided", ValueError, "n_t must be contiguous", n_t=torch.zeros(6, dtype=i32)[::2]),
+        case("req-strided", ValueError, "req_index must be contiguous", block_table=table, req_index=torch.zeros(6, dtype=i32)[::2]),
+        case("req-meta", ValueError, "req_index is on meta", block_table=table, req_index=req.to("meta")),
+        case("out-on-req", ValueError, "out overlaps req_index", block_table=table, req_index=shared[:3], out=shared[:12].view(3, 4)),
+        case("out-on-table", ValueError, "out overlaps block_table", block_table=shared[:16].view(2, 8), req_index=req, out=shared[:12].view(3, 4)),
     ]
 
 
@@ -287,6 +310,7 @@ DEVICE_CASES = [
     (100, 1000, 100, 4, 4),
     (33, 100, 16, 8, 12),  # forced blocks beyond k
     (9, 1, 1, 0, 0),
+    (37, 300, 1, 0, 0),  # k = 1 with a selection to make
     (40, 257, 300, 0, 1),  # k > NB
     (5000, 64, 8, 1, 1),
 ]
@@ -327,10 +351,15 @@ def test_device_block_table(device, kernel_choice, req_dtype):
     n_q, nb, k, n_req, max_blocks = 200, 600, 32, 7, 500  # ids past max_blocks map to -1
     scores, n_t = _device_inputs(n_q, nb, torch.int32, device)
     table = random_table(n_req, max_blocks).to(device)
-    req = torch.randint(-1, n_req + 1, (n_q,)).to(req_dtype).to(device)
+    req = random_req_index(n_q, n_req, req_dtype).to(device)
     out = poisoned((n_q, k), torch.int32, device)
     api.select_candidate_blocks(scores, n_t, k, num_sink=1, num_local=2, block_table=table, req_index=req, out=out)
     assert_bitwise_equal(out, ref.candidate_blocks_ref(scores, n_t, k, 1, 2, table, req), what="pages")
+    # A one-row table (every valid query on request 0).
+    table, req = random_table(1, max_blocks).to(device), random_req_index(n_q, 1, req_dtype).to(device)
+    out = poisoned((n_q, k), torch.int32, device)
+    api.select_candidate_blocks(scores, n_t, k, num_sink=1, num_local=2, block_table=table, req_index=req, out=out)
+    assert_bitwise_equal(out, ref.candidate_blocks_ref(scores, n_t, k, 1, 2, table, req), what="pages, one row")
 
 
 @pytest.mark.device
@@ -339,7 +368,8 @@ def test_device_all_equal_and_all_nan(device, kernel_choice):
     n_t = torch.full((n_q,), nb, dtype=torch.int32, device=device)
     for fill in (1.0, -math.inf, math.nan, -0.0):
         scores = torch.full((n_q, nb), fill, device=device)
-        scores[1::2, 0] = 0.0  # -0.0 and 0.0 tie
+        # -0.0 and 0.0 tie: the 0.0 sits at a high id, so ranking -0.0 below it would change ids.
+        scores[1::2, nb - 10] = 0.0
         # Fresh poison per fill: several fills select the same ids, so a stale output would pass.
         out = poisoned((n_q, k), torch.int32, device)
         assert api.select_candidate_blocks(scores, n_t, k, num_local=3, out=out) is out

@@ -136,8 +136,8 @@ def check_static(name: str, NB: int, k: int, num_sink: int, num_local: int, n_dt
 
 def shipped_configs() -> list[tuple[int, int, int, int, str, str | None]]:
     """(NB, k, num_sink, num_local, n_dtype, req_dtype): the bench target (2048 blocks, k = 64,
-    unpaged), the widest output (k = 2048 = NB, paged, int64 counts), and a small odd NB with
-    partial thread tiles and sink/local sets larger than k."""
+    unpaged), the widest output (k = 2048 = NB, paged, int64 counts), and a small NB (100) that
+    leaves partial thread tiles, with sink/local sets larger than k."""
     return [
         (2048, 64, 1, 2, "int32", None),
         (2048, 2048, 1, 2, "int64", "int32"),
