@@ -202,6 +202,7 @@ def _bad_inputs():
         return (label, args, error, message)
 
     shared = torch.zeros(64, dtype=i32)
+    floats = torch.zeros(64)
     return [
         case("scores-bf16", TypeError, "scores has dtype torch.bfloat16", scores=scores.bfloat16()),
         case("scores-1d", ValueError, "scores must be 2-D", scores=scores[0]),
@@ -232,6 +233,7 @@ def _bad_inputs():
         case("req-strided", ValueError, "req_index must be contiguous", block_table=table, req_index=torch.zeros(6, dtype=i32)[::2]),
         case("req-meta", ValueError, "req_index is on meta", block_table=table, req_index=req.to("meta")),
         case("out-on-req", ValueError, "out overlaps req_index", block_table=table, req_index=shared[:3], out=shared[:12].view(3, 4)),
+        case("out-on-scores", ValueError, "out overlaps scores", scores=floats[:24].view(3, 8), out=floats[12:24].view(i32).view(3, 4)),
         case("out-on-table", ValueError, "out overlaps block_table", block_table=shared[:16].view(2, 8), req_index=req, out=shared[:12].view(3, 4)),
     ]
 
