@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["ALIGNMENTS", "element_bytes", "next_pow2", "row_elements"]
+__all__ = ["ALIGNMENTS", "element_bytes", "head_staging_bytes", "next_pow2", "row_elements"]
 
 # Base-pointer alignments (bytes) the interfaces pass: the largest power of two <= 16 dividing it.
 ALIGNMENTS = (1, 2, 4, 8, 16)
@@ -56,3 +56,13 @@ def row_elements(
 def element_bytes(dtype: str) -> int:
     """Bytes of one element of a TileLang element type name."""
     return _BYTES[dtype]
+
+
+def head_staging_bytes(name: str, H: int, Dh: int, dtype: str, copies: int, budget: int) -> int:
+    """Bytes of Ascend Unified Buffer that `copies` rows of H heads of Dh `dtype` values take when
+    each head starts 32-byte aligned (a DMA's UB address must be); ValueError naming the heads when
+    that passes `budget`."""
+    staged = copies * H * -(-Dh * element_bytes(dtype) // 32) * 32
+    if staged > budget:
+        raise ValueError(f"{name}: {H} heads of {Dh} values padded to 32 bytes each need {staged} bytes of Ascend staging, over {budget}")
+    return staged

@@ -40,21 +40,20 @@ def random_counts(n_q: int, nb: int, dtype) -> torch.Tensor:
     kinds = torch.randint(0, 4, (n_q,))
     uniform = torch.randint(-3, nb + 4, (n_q,))
     fixed = torch.tensor([0, 1, nb])[torch.randint(0, 3, (n_q,))]
-    counts = torch.where(kinds == 0, fixed, uniform).to(dtype)
-    if dtype == torch.int64:
-        wide = torch.tensor([2**31, 2**32 + 1, -(2**32)])[torch.randint(0, 3, (n_q,))]
-        counts = torch.where(torch.rand(n_q) < 0.1, wide, counts)
-    return counts
+    return with_wide_values(torch.where(kinds == 0, fixed, uniform), dtype, [2**31, 2**32 + 1, -(2**32)])
 
 
 def random_req_index(n_q: int, n_req: int, dtype) -> torch.Tensor:
     """Rows of the block table per query, about one in five invalid: -1, n_req and (int64) values
     past int32 (2**32, which narrows to row 0, and -2**32 + 1, which narrows to 1)."""
-    req = torch.randint(-1, n_req + 1, (n_q,))
+    return with_wide_values(torch.randint(-1, n_req + 1, (n_q,)), dtype, [2**32, -(2**32) + 1])
+
+
+def with_wide_values(x: torch.Tensor, dtype, wide: list[int]) -> torch.Tensor:
+    """x as dtype; for int64, about one entry in ten replaced by one of `wide` (values past int32)."""
     if dtype == torch.int64:
-        wide = torch.tensor([2**32, -(2**32) + 1])[torch.randint(0, 2, (n_q,))]
-        req = torch.where(torch.rand(n_q) < 0.1, wide, req)
-    return req.to(dtype)
+        x = torch.where(torch.rand(x.shape) < 0.1, torch.tensor(wide)[torch.randint(0, len(wide), x.shape)], x)
+    return x.to(dtype)
 
 
 def random_table(n_req: int, max_blocks: int, holes: float = 0.05, wider: int = 3) -> torch.Tensor:

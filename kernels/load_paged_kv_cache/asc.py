@@ -24,7 +24,7 @@ import tilelang.ascend.language as T
 
 from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_block_stride, check_factory_args
 from kernels.quant import tl_formats as F
-from kernels.static_args import row_elements
+from kernels.static_args import head_staging_bytes, row_elements
 from kernels.store_kv_cache import layout
 
 __all__ = ["INDEX_DTYPES", "MAX_D", "load_paged_kv_bf16_tl", "load_paged_kv_fp4_tl", "load_paged_kv_fp8_tl", "load_paged_kv_shipped_configs", "tile_rows"]
@@ -90,8 +90,8 @@ def _kernel(records, D: int, block_size: int, lens_dtype: str, starts_dtype, H: 
     # A DMA into the UB needs a 32-byte aligned destination, so each head of a bf16 slot lands at
     # its own padded pitch (heads of 16 * j values: no padding).
     pitch = _pad(Dh, 2)
-    if records is None and 2 * H * pitch > _STAGE_BYTES:
-        raise ValueError(f"load_paged_kv_cache: {H} heads of {Dh} values padded to 32 bytes each exceed the Ascend staging row of {_STAGE_BYTES} bytes")
+    if records is None:
+        head_staging_bytes("load_paged_kv_cache", H, Dh, "bfloat16", 1, _STAGE_BYTES)
     rows = tile_rows(width, H * pitch if records is None else 0)
     src_dtype = "bfloat16" if records is None else "uint8"
     src_elem = 2 if records is None else 1

@@ -839,11 +839,11 @@ def test_ascend_dequant_tiles_cover_every_group(case):
 def test_ascend_shipped_configs_loop_threads():
     # Some shipped tile of each SIMT row kernel holds more groups than threads (the rounds loop).
     from kernels.quant import asc
+    from kernels.static_args import element_bytes
 
     configs = asc.quant_shipped_configs()
-    elem = {"bfloat16": 2, "float16": 2, "float32": 4}
     assert any(asc._dequant_tile(*c[:2]).rounds > 1 for c in configs["dequant_fp8_tl"])
-    assert any(asc.tile_config(c[0], c[1], elem[c[2]]).rounds > 1 for c in configs["quant_fp8_group_tl"])
+    assert any(asc.tile_config(c[0], c[1], element_bytes(c[2])).rounds > 1 for c in configs["quant_fp8_group_tl"])
 
 
 @pytest.mark.codegen_ascend

@@ -34,7 +34,7 @@ import tilelang.ascend.language as T
 
 from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX
-from kernels.static_args import element_bytes
+from kernels.static_args import element_bytes, head_staging_bytes
 from kernels.store_kv_cache.layout import FP4, FP8, LATENT, ROPE, WIDTH, RecordLayout
 from kernels.store_kv_cache.ref import BACKEND_DTYPES as DTYPES, INDEX_DTYPES, MAX_ROW, check_row, check_slots
 
@@ -112,9 +112,7 @@ def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_s
     check_slots(name, index_dtype, block_size)
     check_row(name, H, Dh, dtype)
     pitch = _pad(Dh, element_bytes(dtype))
-    staged = (2 if pair else 1) * H * pitch * element_bytes(dtype)
-    if staged > _STAGE_BYTES:
-        raise ValueError(f"{name}: {H} heads of {Dh} values padded to 32 bytes each need {staged} bytes of Ascend staging, over {_STAGE_BYTES}")
+    head_staging_bytes(name, H, Dh, dtype, 2 if pair else 1, _STAGE_BYTES)
 
     @T.macro
     def body(k, v, slot_mapping, k_cache, v_cache, out_of_range, t, num_blocks):
