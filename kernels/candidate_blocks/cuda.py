@@ -54,15 +54,17 @@ barriers (TileLang's automatic ones are off):
      counting its top digit as it goes (radix pass 0). The key orders and ties exactly as the ref's:
      0x80000000 plus the magnitude bits, minus them for sign 1 (-0.0 meets +0.0), NaN 1, forced
      keys the ref's; ids >= n get key 0, below every candidate, so no later step tests them.
-  2. Radix select over the keys, 11 + 11 + 10 bits from the top: a 2048-bin shared histogram per
-     digit of the keys that match the prefix found so far, filled by both warps' atomics. Both
-     warps then find the bin on the same counts (so both hold the threshold in registers): lane l
-     sums its 64 bins (16-byte vectors read rotated by l, so no two lanes hit one bank), a suffix
-     scan over the lanes finds the lane whose bins hold the need-th largest key, and a second
-     suffix scan over that lane's bins, two per lane, finds the bin. The passes stop as soon as a
-     whole bin is taken, usually after two. An 11-bit first digit spreads real-valued scores over
-     enough bins that the next pass counts a few dozen keys, where an 8-bit one (sign and 7
-     exponent bits) leaves most of a row in two bins.
+  2. Radix select over the keys, 11 + 8 + 8 + 5 bits from the top: a shared histogram per digit
+     (2048 bins, then 256, 256, 32) of the keys that match the prefix found so far, filled by both
+     warps' atomics. Both warps then find the bin on the same counts (so both hold the threshold in
+     registers): lane l sums its share of the bins (64, then 8, then 1; 16-byte vectors read rotated
+     by l, so no two lanes hit one bank), a suffix scan over the lanes finds the lane whose bins
+     hold the need-th largest key, and a second suffix scan over that lane's bins (two per lane,
+     then one; no second scan at one bin a lane) finds the bin. The passes stop as soon as a whole
+     bin is taken, usually after two. An 11-bit first digit spreads real-valued scores over enough
+     bins that the threshold bin holds a few dozen keys, where an 8-bit one (sign and 7 exponent
+     bits) leaves most of a row in two bins; 256 bins separate those few dozen about as well as 2048
+     do, at an eighth of the scan.
   3. Compaction. Bit i of a thread's mask marks its id 64 i + tx as taken (above the threshold bin,
      or in it when it is taken whole); a 32 x 32 bit transpose across the warp (five shuffles) gives
      lane s of warp w the lanes taken in step 2 s + w (ids 64 s + 32 w + lanes). The steps' counts,
@@ -96,9 +98,9 @@ __all__ = [
 ]
 
 _WARP = 32
-# Both kernels' radix digits, from the top: (shift, bits); 11 + 11 + 10 = 32. An 11-bit first digit
-# spreads real-valued scores over enough bins that the second pass usually resolves the threshold
-# (8 bits are the sign and 7 exponent bits: most of a row lands in two bins).
+# The block kernel's radix digits, from the top: (shift, bits); 11 + 11 + 10 = 32. An 11-bit first
+# digit spreads real-valued scores over enough bins that the second pass usually resolves the
+# threshold (8 bits are the sign and 7 exponent bits: most of a row lands in two bins).
 _DIGITS = ((21, 11), (10, 11), (0, 10))
 _BINS = 1 << max(bits for _, bits in _DIGITS)
 
@@ -314,8 +316,10 @@ _BLOCKS_PER_SM = 16
 # A spare bin after the histogram takes the atomics of the keys outside the prefix's range (4 keep
 # the size a multiple of 16 bytes).
 _SPARE = 4
-# Bins each lane sums in the scan, and pairs of them each lane holds in the second level.
-_LANE_BINS = _BINS // _WARP
+# The pair kernel's digits: the same 11-bit first digit, then 8-bit ones. Past the first pass the
+# threshold bin holds a few dozen keys, which 256 bins separate about as often as 2048 do, and a
+# lane scans 8 bins instead of 64.
+_PAIR_DIGITS = ((21, 11), (13, 8), (5, 8), (0, 5))
 _SHUFFLES = 5
 # 16-byte vectors of the histogram a lane has in flight: each chunk's addresses depend on the sum so
 # far (its lane is lane + min(sum, 0), the same lane), else all 16 loads are hoisted (64 registers
@@ -370,10 +374,11 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         return T.if_then_else(T.isnan(T.reinterpret(bits, "float32")), T.uint32(1), key)
 
     @T.macro
-    def clear(hist, tx):
-        for m in T.unroll(_BINS // (4 * _PAIR_THREADS)):
-            for v in T.vectorized(4):
-                hist[m * 4 * _PAIR_THREADS + tx * 4 + v] = 0
+    def clear(hist, tx, bins):
+        for m in T.unroll(-(-bins // (4 * _PAIR_THREADS))):
+            if (m + 1) * 4 * _PAIR_THREADS <= bins or m * 4 * _PAIR_THREADS + tx * 4 < bins:
+                for v in T.vectorized(4):
+                    hist[m * 4 * _PAIR_THREADS + tx * 4 + v] = 0
 
     @T.macro
     def count(hist, bin_index, counted, digit):
@@ -383,41 +388,65 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         T.atomic_add(hist[bin_index[0]], 1)
 
     @T.macro
-    def find_bin(hist, lane, state, digit_shift):
-        """Narrows the threshold to the bin of the histogram holding the need-th largest key. Both
-        warps run it on the same counts, so both hold the same state."""
+    def find_bin(hist, lane, state, digit_shift, digit_bits):
+        """Narrows the threshold to the bin of the histogram (2**digit_bits bins) holding the need-th
+        largest key. Both warps run it on the same counts, so both hold the same state."""
         prefix, need, done, incl = state
+        lane_bins = (1 << digit_bits) // _WARP
         T.sync_threads()
-        # Level 1: lane l's 64 bins, 16-byte vectors read rotated by l (conflict-free banks).
+        # Level 1: lane l's bins, 16-byte vectors read rotated by l (conflict-free banks).
         mine = T.alloc_local((1,), "int32")
-        part = T.alloc_local((4,), "int32")
         mine[0] = 0
-        bins_lane = T.alloc_local((1,), "int32")
-        bins_lane[0] = lane
-        for m in T.unroll(_LANE_BINS // 4):
-            if m % _CHUNK == 0:
-                bins_lane[0] = lane + T.min(mine[0], 0)
-            for v in T.vectorized(4):
-                part[v] = hist[bins_lane[0] * _LANE_BINS + ((m + lane) % (_LANE_BINS // 4)) * 4 + v]
-            mine[0] += part[0] + part[1] + part[2] + part[3]
+        if lane_bins >= 4:
+            part = T.alloc_local((4,), "int32")
+            bins_lane = T.alloc_local((1,), "int32")
+            bins_lane[0] = lane
+            for m in T.unroll(lane_bins // 4):
+                if m % _CHUNK == 0:
+                    bins_lane[0] = lane + T.min(mine[0], 0)
+                for v in T.vectorized(4):
+                    part[v] = hist[bins_lane[0] * lane_bins + ((m + lane) % (lane_bins // 4)) * 4 + v]
+                mine[0] += part[0] + part[1] + part[2] + part[3]
+        else:
+            mine[0] = hist[lane]
         suffix_scan(mine[0], incl, lane)
         # Suffix sums fall with the lane: the lanes reaching `need` are 0..top.
         top = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
         above = T.shfl_sync(incl[0] - mine[0], top)
-        # Level 2: lane l holds bins 2l and 2l + 1 of lane top's 64.
-        hi = hist[top * _LANE_BINS + 2 * lane + 1]
-        lo = hist[top * _LANE_BINS + 2 * lane]
-        suffix_scan(hi + lo, incl, lane)
-        incl[0] += above
-        pair = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
-        pair_above = T.shfl_sync(incl[0] - hi - lo, pair)
-        pair_hi = T.shfl_sync(hi, pair)
-        pair_lo = T.shfl_sync(lo, pair)
-        upper = pair_above + pair_hi >= need[0]
-        need[0] = need[0] - T.if_then_else(upper, pair_above, pair_above + pair_hi)
-        prefix[0] = prefix[0] | (T.cast(top * _LANE_BINS + 2 * pair + T.if_then_else(upper, 1, 0), "uint32") << digit_shift)
-        if T.if_then_else(upper, pair_hi, pair_lo) == need[0]:
-            done[0] = 1
+        if lane_bins == 2 * _WARP:
+            # Level 2: lane l holds bins 2l and 2l + 1 of lane top's 64.
+            hi = hist[top * lane_bins + 2 * lane + 1]
+            lo = hist[top * lane_bins + 2 * lane]
+            suffix_scan(hi + lo, incl, lane)
+            incl[0] += above
+            pair = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+            pair_above = T.shfl_sync(incl[0] - hi - lo, pair)
+            pair_hi = T.shfl_sync(hi, pair)
+            pair_lo = T.shfl_sync(lo, pair)
+            upper = pair_above + pair_hi >= need[0]
+            need[0] = need[0] - T.if_then_else(upper, pair_above, pair_above + pair_hi)
+            prefix[0] = prefix[0] | (T.cast(top * lane_bins + 2 * pair + T.if_then_else(upper, 1, 0), "uint32") << digit_shift)
+            if T.if_then_else(upper, pair_hi, pair_lo) == need[0]:
+                done[0] = 1
+        elif lane_bins > 1:
+            # Level 2: lanes below lane_bins hold one bin each of lane top's.
+            one = T.if_then_else(lane < lane_bins, hist[top * lane_bins + T.min(lane, lane_bins - 1)], 0)
+            suffix_scan(one, incl, lane)
+            incl[0] += above
+            pick = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+            pick_above = T.shfl_sync(incl[0] - one, pick)
+            pick_count = T.shfl_sync(one, pick)
+            need[0] = need[0] - pick_above
+            prefix[0] = prefix[0] | (T.cast(top * lane_bins + pick, "uint32") << digit_shift)
+            if pick_count == need[0]:
+                done[0] = 1
+        else:
+            # One bin a lane: lane top's is the bin.
+            top_count = T.shfl_sync(mine[0], top)
+            need[0] = need[0] - above
+            prefix[0] = prefix[0] | (T.cast(top, "uint32") << digit_shift)
+            if top_count == need[0]:
+                done[0] = 1
         # Both warps have read the histogram before it is written again.
         T.sync_threads()
 
@@ -481,7 +510,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                     keys[i] = T.uint32(0)
                     if i * _PAIR_THREADS < left:
                         keys[i] = T.reinterpret(scores[row, i * _PAIR_THREADS + tx], "uint32")
-                clear(hist, tx)
+                clear(hist, tx, 1 << _PAIR_DIGITS[0][1])
                 T.sync_threads()
                 # The keys, counted by their top digit as they are made (radix pass 0). Ids >= n get
                 # key 0, below every candidate's (NaN's is 1): counted or not, they never reach the
@@ -503,13 +532,13 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                                         T.uint32(0),
                                         T.if_then_else(j < num_sink, T.uint32(SINK_KEY), T.if_then_else(d < num_local, T.uint32(SINK_KEY - 1) - T.cast(d, "uint32"), keys[i])),
                                     )
-                                T.atomic_add(hist[T.cast(keys[i] >> _DIGITS[0][0], "int32")], 1)
-                find_bin(hist, lane, state, _DIGITS[0][0])
+                                T.atomic_add(hist[T.cast(keys[i] >> _PAIR_DIGITS[0][0], "int32")], 1)
+                find_bin(hist, lane, state, *_PAIR_DIGITS[0])
                 # 2. The lower digits, over the keys in [prefix, prefix + 2**(shift + bits)), whose
                 # offset from prefix holds the digit in its top bits.
-                for digit_shift, digit_bits in _DIGITS[1:]:
+                for digit_shift, digit_bits in _PAIR_DIGITS[1:]:
                     if done[0] == 0:
-                        clear(hist, tx)
+                        clear(hist, tx, 1 << digit_bits)
                         T.sync_threads()
                         for g in T.unroll(groups):
                             if g * _GROUP * _PAIR_THREADS < n:
@@ -518,7 +547,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                                     if i < per:
                                         offset = keys[i] - prefix[0]
                                         count(hist, bin_index, offset < T.uint32(1 << (digit_shift + digit_bits)), offset >> digit_shift)
-                        find_bin(hist, lane, state, digit_shift)
+                        find_bin(hist, lane, state, digit_shift, digit_bits)
                 # 3. Compaction in ascending id order. Bit i of this lane's word marks id 64 i + tx;
                 # transposed, lane s of warp w holds the lanes chosen in step 2 s + w (ids
                 # 64 s + 32 w + lanes). Taken: the keys above the threshold bin, and the bin's too

@@ -7,10 +7,12 @@ from a source tree's root on a CUDA device, TileLang on the path:
 Each variant NAME=PATH is a copy of cuda.py imported under its own module name; its
 candidate_blocks_pair_tl is built for the bench's NB 2048, k 64, one sink and two local blocks,
 int32 counts. Rows: the bench's (randn scores), at T queries of full counts (n = NB) and of spread
-counts (1 + i * NB // T, shuffled: the prefill case). Every variant's ids equal ref.py's on the
-first input set (the table marks a MISMATCH); then testing.timer (CUDA-graph replay, input sets
-rotated past 2 x L2, ids allocated per call), median of three alternating rounds, us. The table goes
-to stdout and $OUT/candidate_ab.txt."""
+counts (1 + i * NB // T, shuffled: the prefill case); KINDS may add full rows of `ties` (scores
+drawn from 16 integers: most keys tied, every radix pass runs) and of `narrow` scores (1 + randn /
+1000: half a row shares its top 11 key bits, so the later passes do the work). Every variant's ids
+equal ref.py's on the first input set (the table marks a MISMATCH); then testing.timer (CUDA-graph
+replay, input sets rotated past 2 x L2, ids allocated per call), median of three alternating rounds,
+us. The table goes to stdout and $OUT/candidate_ab.txt."""
 import os
 import sys
 
@@ -25,6 +27,7 @@ from testing.variants import alternating_median_us, load_variant  # noqa: E402
 K = 64
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/candidate_blocks/cuda.py").split(",")]
 QUERIES = [int(t) for t in os.environ.get("QUERIES", "512,1024,4096").split(",")]
+KINDS = os.environ.get("KINDS", "full,spread").split(",")
 
 
 def main():
@@ -33,11 +36,19 @@ def main():
     l2 = timer.l2_cache_bytes(dev)
     lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us; median us of 3 alternating rounds"]
     print(lines[0], flush=True)
-    for spread in (False, True):
+    for kind in KINDS:
+        spread = kind == "spread"
         for t in QUERIES:
             counts = torch.tensor([1 + i * NB // t for i in range(t)] if spread else [NB] * t, dtype=torch.int32, device=dev)
-            g = torch.Generator(device=dev).manual_seed(t * 2 + spread)
-            sets = [(torch.randn((t, NB), generator=g, device=dev), counts[torch.randperm(t, generator=g, device=dev)]) for _ in range(timer.sets_for_rotation(t * NB * 4, l2))]
+            g = torch.Generator(device=dev).manual_seed(t * 3 + KINDS.index(kind))
+
+            def scores():
+                if kind == "ties":
+                    return torch.randint(0, 16, (t, NB), generator=g, device=dev).float()
+                x = torch.randn((t, NB), generator=g, device=dev)
+                return 1 + x / 1000 if kind == "narrow" else x
+
+            sets = [(scores(), counts[torch.randperm(t, generator=g, device=dev)]) for _ in range(timer.sets_for_rotation(t * NB * 4, l2))]
             want = ref.candidate_blocks_ref(*sets[0], K, NUM_SINK, NUM_LOCAL)
             ok = {}
             for name, k in kernels.items():
@@ -47,7 +58,7 @@ def main():
             fns = {name: [lambda s=s, k=k: k(s[0], s[1], torch.empty((t, K), dtype=torch.int32, device=dev)) for s in sets] for name, k in kernels.items()}
             times = alternating_median_us(fns, budget_s=0.25)
             cells = "  ".join(f"{name} {us:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
-            lines.append(f"{'spread' if spread else 'full':6s} T {t:5d}  {cells}")
+            lines.append(f"{kind:6s} T {t:5d}  {cells}")
             print(lines[-1], flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "candidate_ab.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
