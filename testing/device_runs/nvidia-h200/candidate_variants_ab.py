@@ -1,18 +1,18 @@
-"""Same-run A/B of candidate_blocks' pair kernel against other versions of kernels/candidate_blocks/
+"""Same-run A/B of candidate_blocks' kernels against other versions of kernels/candidate_blocks/
 cuda.py (kernels/candidate_blocks/PERF.md), kept as the record of what ran; no target runs it. Run
 from a source tree's root on a CUDA device, TileLang on the path:
 
     VARIANTS="main=.gpu/cand_main.py,early=kernels/candidate_blocks/cuda.py" python3 candidate_variants_ab.py
 
-Each variant NAME=PATH is a copy of cuda.py imported under its own module name; its
-candidate_blocks_pair_tl is built for the bench's NB 2048, k 64, one sink and two local blocks,
-int32 counts. Rows: the bench's (randn scores), at T queries of full counts (n = NB) and of spread
-counts (1 + i * NB // T, shuffled: the prefill case); KINDS may add full rows of `ties` (scores
-drawn from 16 integers: most keys tied, every radix pass runs) and of `narrow` scores (1 + randn /
-1000: half a row shares its top 11 key bits, so the later passes do the work). Every variant's ids
-equal ref.py's on the first input set (the table marks a MISMATCH); then testing.timer (CUDA-graph
-replay, input sets rotated past 2 x L2, ids allocated per call), median of three alternating rounds,
-us. The table goes to stdout and $OUT/candidate_ab.txt."""
+Each variant NAME=PATH[:FACTORY] is a copy of cuda.py imported under its own module name; its
+FACTORY (candidate_blocks_pair_tl unless named) is built for the bench's NB 2048, k 64, one sink and
+two local blocks, int32 counts. Rows: the bench's (randn scores), at T queries of full counts (n =
+NB) and of spread counts (1 + i * NB // T, shuffled: the prefill case); KINDS may add full rows of
+`ties` (scores drawn from 16 integers: most keys tied, every radix pass runs) and of `narrow` scores
+(1 + randn / 1000: half a row shares its top 11 key bits, so the later passes do the work). Every
+variant's ids equal ref.py's on the first input set (the table marks a MISMATCH); then testing.timer
+(CUDA-graph replay, input sets rotated past 2 x L2, ids allocated per call), median of three
+alternating rounds, us. The table goes to stdout and $OUT/candidate_ab.txt."""
 import os
 import sys
 
@@ -32,7 +32,11 @@ KINDS = os.environ.get("KINDS", "full,spread").split(",")
 
 def main():
     dev = torch.device("cuda")
-    kernels = {name: load_variant(f"cand_variant_{name}", path).candidate_blocks_pair_tl(NB, K, NUM_SINK, NUM_LOCAL, "int32") for name, path in VARIANTS}
+    kernels = {}
+    for name, spec in VARIANTS:
+        path, _, factory = spec.partition(":")
+        module = load_variant(f"cand_variant_{name}", path)
+        kernels[name] = getattr(module, factory or "candidate_blocks_pair_tl")(NB, K, NUM_SINK, NUM_LOCAL, "int32")
     l2 = timer.l2_cache_bytes(dev)
     lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us; median us of 3 alternating rounds"]
     print(lines[0], flush=True)
