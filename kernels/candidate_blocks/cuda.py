@@ -320,6 +320,7 @@ _SPARE = 4
 # threshold bin holds a few dozen keys, which 256 bins separate about as often as 2048 do, and a
 # lane scans 8 bins instead of 64.
 _PAIR_DIGITS = ((21, 11), (13, 8), (5, 8), (0, 5))
+_PAIR_BINS = 1 << max(bits for _, bits in _PAIR_DIGITS)
 _SHUFFLES = 5
 # 16-byte vectors of the histogram a lane has in flight: each chunk's addresses depend on the sum so
 # far (its lane is lane + min(sum, 0), the same lane), else all 16 loads are hoisted (64 registers
@@ -354,6 +355,13 @@ def prefix_scan(value, incl, lane):
             incl[0] += up
 
 
+@T.macro
+def last_reaching(incl, need):
+    """The highest lane whose suffix sum incl[0] reaches need[0]: suffix sums fall with the lane, so
+    the lanes reaching it are 0..that one."""
+    return T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+
+
 @tilelang.jit(pass_configs=_PASS_CONFIGS)
 def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
     """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
@@ -384,7 +392,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
     def count(hist, bin_index, counted, digit):
         # Uncounted keys go to the spare bin: a predicated atomic costs a branch per key. (A local
         # int32 keeps the select out of the 64-bit index arithmetic.)
-        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _BINS)
+        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _PAIR_BINS)
         T.atomic_add(hist[bin_index[0]], 1)
 
     @T.macro
@@ -410,8 +418,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         else:
             mine[0] = hist[lane]
         suffix_scan(mine[0], incl, lane)
-        # Suffix sums fall with the lane: the lanes reaching `need` are 0..top.
-        top = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+        top = last_reaching(incl, need)
         above = T.shfl_sync(incl[0] - mine[0], top)
         if lane_bins == 2 * _WARP:
             # Level 2: lane l holds bins 2l and 2l + 1 of lane top's 64.
@@ -419,7 +426,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
             lo = hist[top * lane_bins + 2 * lane]
             suffix_scan(hi + lo, incl, lane)
             incl[0] += above
-            pair = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+            pair = last_reaching(incl, need)
             pair_above = T.shfl_sync(incl[0] - hi - lo, pair)
             pair_hi = T.shfl_sync(hi, pair)
             pair_lo = T.shfl_sync(lo, pair)
@@ -433,7 +440,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
             one = T.if_then_else(lane < lane_bins, hist[top * lane_bins + T.min(lane, lane_bins - 1)], 0)
             suffix_scan(one, incl, lane)
             incl[0] += above
-            pick = T.cast(T.popcount(T.cast(T.ballot_sync(incl[0] >= need[0]), "uint32")), "int32") - 1
+            pick = last_reaching(incl, need)
             pick_above = T.shfl_sync(incl[0] - one, pick)
             pick_count = T.shfl_sync(one, pick)
             need[0] = need[0] - pick_above
@@ -497,7 +504,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
             rest = T.alloc_local((1,), "int32")
             before = T.alloc_local((1,), "int32")
             total = T.alloc_local((1,), "int32")
-            hist = T.alloc_shared((_BINS + _SPARE,), "int32")
+            hist = T.alloc_shared((_PAIR_BINS + _SPARE,), "int32")
             n = T.cast(T.max(T.min(T.cast(n_t[row], "int64"), NB), 0), "int32")
             # Id 64 i + tx is a candidate when 64 i < left.
             left = n - T.cast(tx, "int32")
