@@ -313,12 +313,12 @@ _PAIR_THREADS = 2 * _WARP
 # 16 resident blocks (32 warps) per SM cap registers at 64 per thread; a block's resources free as
 # soon as its query is done.
 _BLOCKS_PER_SM = 16
-# A spare bin after the histogram takes the atomics of the keys outside the prefix's range (4 keep
-# the size a multiple of 16 bytes).
+# Room past the largest histogram for a later pass's spare bin (bin 2**bits, which takes the atomics
+# of the keys outside the prefix's range); 4 keep the size a multiple of 16 bytes.
 _SPARE = 4
 # The pair kernel's digits: the same 11-bit first digit, then 8-bit ones. Past the first pass the
 # threshold bin holds a few dozen keys, which 256 bins separate about as often as 2048 do, and a
-# lane scans 8 bins instead of 64.
+# lane scans 8 bins instead of 64. Every digit has 5 bits or more: a bin a lane at least.
 _PAIR_DIGITS = ((21, 11), (13, 8), (5, 8), (0, 5))
 _PAIR_BINS = 1 << max(bits for _, bits in _PAIR_DIGITS)
 _SHUFFLES = 5
@@ -389,10 +389,12 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                     hist[m * 4 * _PAIR_THREADS + tx * 4 + v] = 0
 
     @T.macro
-    def count(hist, bin_index, counted, digit):
-        # Uncounted keys go to the spare bin: a predicated atomic costs a branch per key. (A local
-        # int32 keeps the select out of the 64-bit index arithmetic.)
-        bin_index[0] = T.if_then_else(counted, T.cast(digit, "int32"), _PAIR_BINS)
+    def count(hist, bin_index, offset, digit_shift, digit_bits):
+        # A key outside the prefix's range has an offset of 2**(digit_shift + digit_bits) or more
+        # (keys below the prefix wrap around), so its digit clamped to 2**digit_bits is the spare
+        # bin: one min, where a range test and a select cost two instructions more and a predicated
+        # atomic a branch. (A local int32 keeps the min out of the 64-bit index arithmetic.)
+        bin_index[0] = T.cast(T.min(offset >> digit_shift, T.uint32(1 << digit_bits)), "int32")
         T.atomic_add(hist[bin_index[0]], 1)
 
     @T.macro
@@ -402,7 +404,8 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
         prefix, need, done, incl = state
         lane_bins = (1 << digit_bits) // _WARP
         T.sync_threads()
-        # Level 1: lane l's bins, 16-byte vectors read rotated by l (conflict-free banks).
+        # Level 1: lane l's bins; four or more as 16-byte vectors read rotated by l (conflict-free
+        # banks).
         mine = T.alloc_local((1,), "int32")
         mine[0] = 0
         if lane_bins >= 4:
@@ -416,7 +419,9 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                     part[v] = hist[bins_lane[0] * lane_bins + ((m + lane) % (lane_bins // 4)) * 4 + v]
                 mine[0] += part[0] + part[1] + part[2] + part[3]
         else:
-            mine[0] = hist[lane]
+            mine[0] = hist[lane * lane_bins]
+            if lane_bins == 2:
+                mine[0] += hist[lane * lane_bins + 1]
         suffix_scan(mine[0], incl, lane)
         top = last_reaching(incl, need)
         above = T.shfl_sync(incl[0] - mine[0], top)
@@ -552,8 +557,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
                                 for u in T.unroll(_GROUP):
                                     i = g * _GROUP + u
                                     if i < per:
-                                        offset = keys[i] - prefix[0]
-                                        count(hist, bin_index, offset < T.uint32(1 << (digit_shift + digit_bits)), offset >> digit_shift)
+                                        count(hist, bin_index, keys[i] - prefix[0], digit_shift, digit_bits)
                         find_bin(hist, lane, state, digit_shift, digit_bits)
                 # 3. Compaction in ascending id order. Bit i of this lane's word marks id 64 i + tx;
                 # transposed, lane s of warp w holds the lanes chosen in step 2 s + w (ids
