@@ -46,10 +46,11 @@ from kernels.interface import (
 
 __all__ = ["select_candidate_blocks"]
 
-# From this many queries the two-warps-per-query kernel is faster. Same-run H200 sweep (2048 blocks,
-# every query sees all of them, k = 64), block / pair kernel in us: 1 query 4.40 / 4.77, 64: 4.93 /
-# 5.33, 512: 7.72 / 6.89, 1024: 11.77 / 8.82, 4096: 33.89 / 21.10; they cross in between 64 and 512.
-PAIR_KERNEL_MIN_QUERIES = 512
+# From this many queries the two-warps-per-query kernel is faster. Same-run sweep on an H100 80GB
+# (2048 blocks, k = 64; kernels/candidate_blocks/PERF.md), block / pair kernel in us, every query
+# seeing all blocks: 64 queries 4.92 / 5.08, 128: 5.15 / 5.23, 160: 5.45 / 5.30, 192: 5.63 / 5.40,
+# 384: 6.90 / 6.19; with spread counts, 128: 5.03 / 5.05, 160: 5.32 / 5.05.
+PAIR_KERNEL_MIN_QUERIES = 160
 
 
 def select_candidate_blocks(
