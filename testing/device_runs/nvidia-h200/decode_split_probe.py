@@ -11,7 +11,7 @@ weight: 3 x 14 KB at D 7168) and every store. What runs:
   several batch sizes;
 - `split(D, parts)`: the fused traffic with no reduction (residual += x in place, y = residual *
   weight, one 16-byte vector of each operand a thread) over `parts` blocks, the floor any split
-  can reach;
+  can reach.
 Timer: testing.timer's CUDA-graph replay over input sets rotated past 2 x L2, median of three
 alternating rounds."""
 import os
@@ -30,6 +30,7 @@ D = 7168
 VEC = 8
 EPS = 1e-6
 PARTS = (1, 2, 4, 7, 14, 28)
+
 
 @tilelang.jit
 def split(d: int, parts: int):
@@ -86,6 +87,11 @@ def split_rows(dev, lines):
     return fns
 
 
+def run(kernel, residual, x, r, w, y):
+    """One launch of a plain (x, w, y) or fused (x, r, w, y) norm kernel."""
+    return kernel(x, r, w, y) if residual else kernel(x, w, y)
+
+
 def shipped_rows(dev, d, t, lines):
     """norm/cuda.py's one-block kernels against its cluster kernels, bf16 rows of d, t rows."""
     from kernels.norm import cuda as nc  # with norm_cluster_kernels.patch applied
@@ -98,21 +104,15 @@ def shipped_rows(dev, d, t, lines):
         name = f"D{d} T{t} {'add' if residual else 'plain'}"
         x, r, w, _ = (u.clone() for u in sets[0])
         r1, y1 = r.clone(), torch.full_like(x, float("nan"))
-        one(x, r1, w, y1) if residual else one(x, w, y1)
-        fns[f"{name} one"] = [
-            (lambda s=s, k=one: k(s[0], s[1], s[2], s[3])) if residual else (lambda s=s, k=one: k(s[0], s[2], s[3]))
-            for s in sets
-        ]
+        run(one, residual, x, r1, w, y1)
+        fns[f"{name} one"] = [lambda s=s, k=one, res=residual: run(k, res, *s) for s in sets]
         for parts in [p for p in range(2, 9) if cfg.warps_per_row % p == 0]:
             k = (nc.add_rmsnorm_cluster_tl if residual else nc.rmsnorm_cluster_tl)(d, "bfloat16", EPS, d, parts=parts)
             r2, y2 = r.clone(), torch.full_like(x, float("nan"))
-            k(x, r2, w, y2) if residual else k(x, w, y2)
+            run(k, residual, x, r2, w, y2)
             same = torch.equal(y1.view(torch.int16), y2.view(torch.int16)) and torch.equal(r1, r2)
             lines.append(f"{name} cluster {parts}: {'bit-identical' if same else 'DIFFERS'} to the one-block kernel")
-            fns[f"{name} cl{parts}"] = [
-                (lambda s=s, k=k: k(s[0], s[1], s[2], s[3])) if residual else (lambda s=s, k=k: k(s[0], s[2], s[3]))
-                for s in sets
-            ]
+            fns[f"{name} cl{parts}"] = [lambda s=s, k=k, res=residual: run(k, res, *s) for s in sets]
     return fns
 
 
@@ -125,7 +125,7 @@ def main():
     for fns in groups:
         for name, us in alternating_median_us(fns, budget_s=0.2).items():
             lines.append(f"{name:18s} {us:6.2f} us")
-    print("\n".join(lines), flush=True)
+            print(lines[-1], flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "decode_split.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
