@@ -37,6 +37,7 @@ __all__ = [
     "dense_rows",
     "dense_table",
     "is_host",
+    "launch_options",
     "overlaps",
     "scalar_tensor",
     "stream_counters",
@@ -267,6 +268,13 @@ def cuda_capability(index: int) -> tuple[int, int]:
 def takes_pdl(t: torch.Tensor) -> bool:
     """Whether kernels on CUDA tensor t's device may be launched as programmatic dependents."""
     return cuda_capability(t.device.index) >= PDL_MIN_CAPABILITY
+
+
+def launch_options(t: torch.Tensor) -> dict:
+    """Keyword options of a backend factory for a launch on t's device: pdl=True (the kernel waits on
+    the device for the grids before it and lets the next one start early: kernels/tl_launch.py)
+    where CUDA tensor t's device takes it, none otherwise (other backends' factories take none)."""
+    return {"pdl": True} if t.device.type == "cuda" and takes_pdl(t) else {}
 
 
 def base_alignment(*tensors: torch.Tensor) -> int:

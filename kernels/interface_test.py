@@ -125,3 +125,17 @@ def test_takes_pdl_from_sm90(monkeypatch):
     monkeypatch.setattr(interface, "cuda_capability", capability)
     on = [interface.takes_pdl(types.SimpleNamespace(device=torch.device("cuda", i))) for i in range(3)]
     assert on == [False, True, True] and seen == [0, 1, 2]
+
+
+def test_launch_options_ask_for_pdl_on_cuda_devices_that_take_it(monkeypatch):
+    """pdl=True for a CUDA tensor on an sm_90+ device; no option for older GPUs or other devices
+    (an NPU's factories take none), and no capability query for them."""
+    seen = []
+
+    def capability(index):
+        seen.append(index)
+        return {0: (8, 0), 1: (9, 0)}[index]
+
+    monkeypatch.setattr(interface, "cuda_capability", capability)
+    on = [interface.launch_options(types.SimpleNamespace(device=torch.device(kind, i))) for kind, i in (("cuda", 0), ("cuda", 1), ("npu", 1), ("cpu", 0))]
+    assert on == [{}, {"pdl": True}, {}, {}] and seen == [0, 1]

@@ -201,23 +201,27 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "tilelang_ops" / "codegen"
 
 
-def _ptxas_text(source: str, command: list[str]) -> str:
-    """ptxas's report for `source`, from the cache or a fresh nvcc run (which must succeed)."""
+def _nvcc_cached(source: str, command: list[str], suffix: str, output: bool) -> str:
+    """nvcc's report (output False) or its output file (True) for `source`, from the cache or a
+    fresh nvcc run (which must succeed)."""
     import tilelang
 
     key_material = json.dumps([source, command[1:], _nvcc_version(command[0]), tilelang.__version__])
-    cached = cache_dir() / (hashlib.sha256(key_material.encode()).hexdigest() + ".ptxas.txt")
+    cached = cache_dir() / (hashlib.sha256(key_material.encode()).hexdigest() + suffix)
     if cached.is_file():
         return cached.read_text()
     with tempfile.TemporaryDirectory(prefix="codegen_cuda_") as tmp:
         src = os.path.join(tmp, "kernel.cu")
         with open(src, "w") as f:
             f.write(source)
-        cubin = os.path.join(tmp, "kernel.cubin")
-        proc = subprocess.run([*command, "-o", cubin, src], capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        raise RuntimeError(f"nvcc failed ({proc.returncode}): {shlex.join(command)}\n{text}")
+        out = os.path.join(tmp, "kernel.out")
+        proc = subprocess.run([*command, "-o", out, src], capture_output=True, text=True)
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed ({proc.returncode}): {shlex.join(command)}\n{text}")
+        if output:
+            with open(out) as f:
+                text = f.read()
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, partial = tempfile.mkstemp(dir=cached.parent, suffix=".partial")
@@ -227,6 +231,42 @@ def _ptxas_text(source: str, command: list[str]) -> str:
     except OSError:
         pass  # a read-only cache only costs the next run a compile
     return text
+
+
+def _ptxas_text(source: str, command: list[str]) -> str:
+    """ptxas's report for `source` (nvcc_command's --cubin run)."""
+    return _nvcc_cached(source, command, ".ptxas.txt", output=False)
+
+
+def ptx_text(factory, *args, arch: str = "sm_90a", **kwargs) -> str:
+    """The PTX nvcc makes of `factory(*args, **kwargs)` for `arch` (TileLang's flags, --ptx)."""
+    lowered = lower_cuda(factory, *args, arch=arch, **kwargs)
+    command = [part for part in nvcc_command(arch, lowered.nvcc_flags) if part not in ("--cubin", "-Xptxas", "-v")]
+    return _nvcc_cached(lowered.source, [*command, "--ptx"], ".ptx", output=True)
+
+
+# A PTX instruction that may touch global memory: any load, store, atomic, reduction, prefetch or
+# async copy but those of the parameter, shared, local and constant spaces.
+_GLOBAL_ACCESS = re.compile(r"^\s*(@!?%\w+\s+)?(ld|ldu|st|atom|red|prefetch|prefetchu|cp\.async|cp\.reduce\.async|multimem)\.(?!param|shared|local|const)")
+_PDL_WAIT, _PDL_LAUNCH = "griddepcontrol.wait;", "griddepcontrol.launch_dependents;"
+
+
+def assert_dependent_entry(ptx: str) -> None:
+    """Asserts a programmatic dependent kernel's PTX (kernels/tl_launch.py): it lets the next grid
+    launch and waits for the grids before it, each once, ahead of every instruction that may touch
+    global memory (nvcc moved none of them above the wait)."""
+    lines = ptx.splitlines()
+    waits = [i for i, line in enumerate(lines) if line.strip() == _PDL_WAIT]
+    launches = [i for i, line in enumerate(lines) if line.strip() == _PDL_LAUNCH]
+    assert len(waits) == 1 and len(launches) == 1, f"expected one {_PDL_WAIT} and one {_PDL_LAUNCH}, got {len(waits)} and {len(launches)}"
+    early = [line.strip() for line in lines[: waits[0]] if _GLOBAL_ACCESS.match(line)]
+    assert not early, f"global memory touched before {_PDL_WAIT}: {early}"
+
+
+def assert_plain_launch(source: str) -> None:
+    """Asserts a kernel's CUDA source neither waits for nor releases another grid (pdl=False)."""
+    for call in ("cudaGridDependencySynchronize", "cudaTriggerProgrammaticLaunchCompletion"):
+        assert call not in source, f"{call} in a kernel built without pdl"
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

@@ -34,3 +34,22 @@ def alternating_median_us(fns: dict[str, Sequence[Callable[[], object]]], *, rou
         for name, calls in fns.items():
             times[name].append(timer.measure(list(calls), budget_s=budget_s).median_us)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def write_report(lines: list[str], filename: str) -> None:
+    """A probe's report lines into $OUT/filename (the device call brings $OUT back), else ./filename."""
+    import os
+
+    with open(os.path.join(os.environ.get("OUT", "."), filename), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def time_groups(groups: Sequence[dict[str, Sequence[Callable[[], object]]]], lines: list[str], filename: str, *, width: int = 18) -> None:
+    """Each group of entries timed by alternating_median_us (budget 0.2 s), one line an entry,
+    printed as it comes and appended to `lines`, which then go to write_report(filename)."""
+    print("\n".join(lines), flush=True)
+    for fns in groups:
+        for name, us in alternating_median_us(fns, budget_s=0.2).items():
+            lines.append(f"{name:{width}s} {us:6.2f} us")
+            print(lines[-1], flush=True)
+    write_report(lines, filename)

@@ -38,8 +38,9 @@ NaN/Inf/zero rows). No output may overlap an input or another output.
 
 The arithmetic is fp32 (see kernels/norm/ref.py, the contract, for the order and for NaN/Inf rows:
 they propagate within their row and never beyond it). CUDA tensors run the TileLang kernel of the
-`cuda` backend (no host sync, CUDA-graph capturable); CPU tensors are served by the PyTorch reference,
-so code written against this interface runs unchanged without an accelerator. Invalid arguments
+`cuda` backend (no host sync, CUDA-graph capturable; on sm_90+ a programmatic dependent launch,
+kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU
+tensors are served by the PyTorch reference, so code written against this interface runs unchanged without an accelerator. Invalid arguments
 raise TypeError or ValueError naming the argument before anything is written; T == 0 or D == 0
 launches nothing.
 """
@@ -59,6 +60,7 @@ from kernels.interface import (
     check_tensor,
     dense_rows,
     is_host,
+    launch_options,
 )
 from kernels.norm import ref
 from kernels.quant.formats import SCALE_LAYOUTS, empty_scales, scale_strides
@@ -99,7 +101,7 @@ def rms_norm(
     tl = backend_ops("rms_norm", x)
     xk, x_stride = dense_rows(x)
     align = base_alignment(xk, y, weight)
-    kernel = tl.ops.rmsnorm_tl(d, DTYPES[x.dtype], eps32, x_stride, x_align=align)
+    kernel = tl.ops.rmsnorm_tl(d, DTYPES[x.dtype], eps32, x_stride, x_align=align, **launch_options(x))
     kernel(xk, weight, y)
     return y
 
@@ -124,7 +126,7 @@ def add_rms_norm(
     tl = backend_ops("add_rms_norm", x)
     xk, x_stride = dense_rows(x)
     align = base_alignment(xk, y, weight, residual)
-    kernel = tl.ops.add_rmsnorm_tl(d, DTYPES[x.dtype], eps32, x_stride, x_align=align)
+    kernel = tl.ops.add_rmsnorm_tl(d, DTYPES[x.dtype], eps32, x_stride, x_align=align, **launch_options(x))
     kernel(xk, residual, weight, y)
     return y
 
@@ -184,7 +186,7 @@ def _fp8_launch(name, x, residual, weight, eps32, group, ue8m0, scale_layout, q,
     align = min(base_alignment(*operands), base_alignment(q) * x.element_size(), 16)
     static = dict(ue8m0=ue8m0, scale_layout=scale_layout, with_y=y is not None, x_align=align)
     factory = tl.ops.rmsnorm_fp8_tl if residual is None else tl.ops.add_rmsnorm_fp8_tl
-    kernel = factory(x.shape[1], DTYPES[x.dtype], eps32, x_stride, group, **static)
+    kernel = factory(x.shape[1], DTYPES[x.dtype], eps32, x_stride, group, **static, **launch_options(x))
     # "tma_col" kernels take the (groups, T) transpose, whose row stride is T_pad.
     scale_k = scale if scale_layout == "row" else scale.t()
     inputs = [xk] if residual is None else [xk, residual]

@@ -18,6 +18,8 @@ residual  (t, D) of `dtype`, contiguous; read, then overwritten with x + residua
 weight    (D,) of `dtype`, contiguous.
 y         (t, D) of `dtype`, contiguous.
 All base pointers must be aligned to `x_align` bytes (the caller folds them into one number).
+Every factory also takes pdl=False: True builds a programmatic dependent launch
+(kernels/tl_launch.py, sm_90+).
 
 Arithmetic, as `kernels.norm.ref` (the contract) orders it: every element is widened to fp32; the
 sum of squares is accumulated in fp32 (per-lane fused multiply-adds, then a fixed-order tree across
@@ -103,6 +105,7 @@ from kernels.quant.tl_formats import (
     widen,
 )
 from kernels.static_args import next_pow2, row_elements
+from kernels.tl_launch import dependent_entry
 
 __all__ = [
     "DTYPES",
@@ -458,6 +461,7 @@ def rmsnorm_tl(
     threads: int | None = None,
     x_align: int = 16,
     max_steps: int | None = None,
+    pdl: bool = False,
 ):
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
@@ -473,6 +477,7 @@ def rmsnorm_tl(
     ):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
@@ -499,6 +504,7 @@ def add_rmsnorm_tl(
     threads: int | None = None,
     x_align: int = 16,
     max_steps: int | None = None,
+    pdl: bool = False,
 ):
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = add_norm_config(D, dtype, x_stride, x_align, threads, max_steps)
@@ -516,6 +522,7 @@ def add_rmsnorm_tl(
     ):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             prefetch_weight(weight, bx, tx)
@@ -894,7 +901,7 @@ def _scale_tensor(scale_layout: str, t, groups: int):
     return T.StridedTensor((groups, t), (T.dynamic("t_pad"), 1), "float32")
 
 
-def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, residual):
+def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, residual, pdl):
     """The prim_func of rmsnorm_fp8_tl / add_rmsnorm_fp8_tl: the norm's load (and residual add),
     then normalise in place, group amax, quantise. with_y adds y's store and argument, nothing else."""
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps, fused=residual)
@@ -914,6 +921,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     def body(x, residual, weight, q, scale, y):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE + CUDA_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
@@ -1010,9 +1018,10 @@ def rmsnorm_fp8_tl(
     threads: int | None = None,
     x_align: int = 16,
     max_steps: int | None = None,
+    pdl: bool = False,
 ):
     """Compiled RMSNorm + FP8 kernel(x, weight, q, scale[, y]) for these static arguments."""
-    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, False)
+    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, False, pdl)
 
 
 @tilelang.jit
@@ -1029,7 +1038,8 @@ def add_rmsnorm_fp8_tl(
     threads: int | None = None,
     x_align: int = 16,
     max_steps: int | None = None,
+    pdl: bool = False,
 ):
     """Compiled fused kernel(x, residual, weight, q, scale[, y]): residual <- x + residual, then the
     RMSNorm + FP8 output of the rounded sum."""
-    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, True)
+    return _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, threads, x_align, max_steps, True, pdl)

@@ -714,13 +714,28 @@ def test_cuda_config_compiles_without_spills(arch, factory, config):
 
     d, dtype, stride, align = config
     fn = getattr(cuda, factory)
-    lowered = codegen_cuda.lower_cuda(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch, pdl=True)
     # 64-bit offsets: the row is widened before it meets the stride.
     assert "int64_t" in lowered.source
     assert "rsqrtf" in lowered.source
     # check_cuda_resources asserts 0 spill bytes, no stack frame and shared memory within the limit.
-    report = codegen_cuda.check_cuda_resources(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch)
+    report = codegen_cuda.check_cuda_resources(fn, d, dtype, 1e-6, stride, x_align=align, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", [*FACTORIES, "rmsnorm_fp8_tl", "add_rmsnorm_fp8_tl"])
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access (the weight's read-only loads and L2 prefetch
+    # included) after the wait for the grids before; pdl=False emits neither call.
+    from kernels.norm import cuda
+    from testing import codegen_cuda
+
+    fn = getattr(cuda, factory)
+    args = (7168, "bfloat16", 1e-6, 7168) + ((128,) if "fp8" in factory else ())
+    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(fn, *args, pdl=True))
+    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(fn, *args))
 
 
 @pytest.mark.codegen_cuda
@@ -754,8 +769,9 @@ def _fp8_cuda_configs():
 
 
 def _fp8_kwargs(align, variant) -> dict:
+    """The factory's options, built as the interface builds them for sm_90a / sm_100a (pdl)."""
     ue8m0, layout, with_y = variant
-    return dict(x_align=align, ue8m0=ue8m0, scale_layout=layout, with_y=with_y)
+    return dict(x_align=align, ue8m0=ue8m0, scale_layout=layout, with_y=with_y, pdl=True)
 
 
 @pytest.mark.codegen_cuda

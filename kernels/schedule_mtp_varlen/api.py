@@ -28,6 +28,8 @@ Returns an MtpSchedule (every field int32; exact rules in kernels/schedule_mtp_v
 CUDA tensors run one TileLang kernel launch (no host sync, every size fixed by the arguments:
 CUDA-graph capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests (where the backend has
 it), the block kernel above (see kernels/schedule_mtp_varlen/cuda.py); both give the same schedule.
+On sm_90+ the launch is a programmatic dependent one (kernels/tl_launch.py): it overlaps the kernel
+before it in the stream and waits on the device for it, so results are those of a plain launch.
 CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
 naming the argument before anything is written. An empty batch (B == 0) launches no
 kernel: outputs are filled by torch (query_start_loc = num_splits = [0], -1 tokens, empty parts).
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.interface import INDEX_DTYPES, backend_ops, check_device, check_no_overlap, check_out, check_tensor, is_host
+from kernels.interface import INDEX_DTYPES, backend_ops, check_device, check_no_overlap, check_out, check_tensor, is_host, launch_options
 from kernels.schedule_mtp_varlen import ref
 from kernels.schedule_mtp_varlen.ref import MtpSchedule
 
@@ -113,6 +115,7 @@ def schedule_mtp_varlen(
         return outs
     tl = backend_ops(NAME, seq_lens_before)
     config = (num_draft, block_size, num_sm_parts, INDEX_DTYPES[seq_lens_before.dtype], INDEX_DTYPES[num_accepted.dtype])
+    options = launch_options(seq_lens_before)
     kernel = None
     if n_req <= WARP_KERNEL_MAX_BATCH:
         try:
@@ -121,8 +124,8 @@ def schedule_mtp_varlen(
             pass
         else:
             # The fewest requests per lane that hold the batch: a lane's work grows with them.
-            kernel = factory(*config, next(s for s in ref.WARP_KERNEL_SLOTS if 32 * s >= n_req))
+            kernel = factory(*config, next(s for s in ref.WARP_KERNEL_SLOTS if 32 * s >= n_req), **options)
     if kernel is None:
-        kernel = tl.ops.schedule_mtp_varlen_tl(*config)
+        kernel = tl.ops.schedule_mtp_varlen_tl(*config, **options)
     kernel(seq_lens_before, num_accepted, *outs)
     return outs

@@ -1,8 +1,8 @@
 """NVIDIA TileLang implementations of `schedule_mtp_varlen`: the next varlen step's schedule after an
 MTP verification step, and its attention work split, in one launch. Two kernels, one contract:
 
-    k = schedule_mtp_varlen_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype)              # any B
-    k = schedule_mtp_varlen_warp_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, slots)  # B <= 32 slots
+    k = schedule_mtp_varlen_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, pdl=False)              # any B
+    k = schedule_mtp_varlen_warp_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, slots, pdl=False)  # B <= 32 slots
     k(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids,
       last_hidden_rows, tile_metadata, num_splits)
 
@@ -65,6 +65,7 @@ from kernels.schedule_mtp_varlen.ref import (
     max_context,
     schedule_mtp_varlen_shipped_configs,
 )
+from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import WARP, block_scan_macro
 
 __all__ = ["INDEX_DTYPES", "WARP_KERNEL_SLOTS", "schedule_mtp_varlen_shipped_configs", "schedule_mtp_varlen_tl", "schedule_mtp_varlen_warp_tl"]
@@ -90,8 +91,9 @@ def _write_unowned_part(tile_metadata, p):
 
 
 @tilelang.jit
-def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str):
-    """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) (memoised)."""
+def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str, *, pdl: bool = False):
+    """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) (memoised); pdl: a
+    programmatic dependent launch (kernels/tl_launch.py, sm_90+)."""
     check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
     q = 1 + num_draft
     cap = max_context(block_size, num_draft)
@@ -124,6 +126,7 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
         num_splits: T.Tensor((Bp,), "int32"),
     ):
         with T.Kernel(1, threads=_THREADS) as _:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // WARP, tx % WARP
             lens = T.alloc_local((K,), "int32")  # next length, 0 when inactive
@@ -243,9 +246,9 @@ _WARP_PASS_CONFIGS = {"tl.disable_thread_storage_sync": True}
 
 
 @tilelang.jit(pass_configs=_WARP_PASS_CONFIGS)
-def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str, slots: int):
+def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str, slots: int, *, pdl: bool = False):
     """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) for batches of
-    1 <= B <= 32 * slots requests, slots one of WARP_KERNEL_SLOTS (memoised)."""
+    1 <= B <= 32 * slots requests, slots one of WARP_KERNEL_SLOTS (memoised); pdl as above."""
     check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
     if slots not in WARP_KERNEL_SLOTS:
         raise ValueError(f"schedule_mtp_varlen: slots must be one of {WARP_KERNEL_SLOTS}, got {slots!r}")
@@ -272,6 +275,7 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
         num_splits: T.Tensor((Bp,), "int32"),
     ):
         with T.Kernel(1, threads=WARP * warps) as _:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // WARP, tx % WARP
             s_in = T.alloc_local((R,), len_dtype)

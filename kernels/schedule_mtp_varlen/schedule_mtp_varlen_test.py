@@ -276,14 +276,28 @@ def test_cuda_config_compiles_without_spills(kernel, arch, config):
     from testing import codegen_cuda
 
     factory, extra = getattr(cuda, kernel[0]), kernel[1]
-    source = codegen_cuda.cuda_source(factory, *config, *extra, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    source = codegen_cuda.cuda_source(factory, *config, *extra, arch=arch, pdl=True)
     # One launch, no atomics: prefixes by fixed-order scans and ballots, parts by search.
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
     if extra:
         # The warp kernel's warps never wait for each other.
         assert "__syncthreads" not in source
-    report = codegen_cuda.check_cuda_resources(factory, *config, *extra, arch=arch)
+    report = codegen_cuda.check_cuda_resources(factory, *config, *extra, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("kernel", CUDA_KERNELS[:2], ids=lambda k: k[0])
+def test_cuda_dependent_launch_waits_before_memory(kernel):
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call.
+    from kernels.schedule_mtp_varlen import cuda
+    from testing import codegen_cuda
+
+    factory, args = getattr(cuda, kernel[0]), (*ref.schedule_mtp_varlen_shipped_configs()[0], *kernel[1])
+    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(factory, *args, pdl=True))
+    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(factory, *args))
 
 
 @pytest.mark.codegen_cuda

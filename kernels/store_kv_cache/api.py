@@ -31,7 +31,8 @@ out_of_range   optional (1,) int32 tensor on kv's device: the number of slots >=
 
 Returns None. Quantised records are bit-exact against layout.encode_rows; plain rows are copied bit
 for bit. CUDA tensors run one TileLang launch of the `cuda` backend (K and V together), with no
-host sync and no allocation, so it is CUDA-graph capturable; CPU tensors are served by the
+host sync and no allocation, so it is CUDA-graph capturable; on sm_90+ a programmatic dependent
+launch (kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU tensors are served by the
 reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
 written. T == 0 launches nothing.
 """
@@ -53,6 +54,7 @@ from kernels.interface import (
     check_tensor,
     dense_rows,
     is_host,
+    launch_options,
     overlaps,
 )
 from kernels.store_kv_cache import layout as records
@@ -174,12 +176,13 @@ def _launch(tl, kv, cache, slot_mapping, v, v_cache, layout, out_of_range) -> No
     index_dtype = INDEX_DTYPES[slot_mapping.dtype]
     checked = "_checked" if out_of_range is not None else ""
     extra = (out_of_range,) if out_of_range is not None else ()
+    options = launch_options(kv)
     rec = records.record_layout(cache.dtype)
     if rec is not None:
         kv_rows, kv_stride = dense_rows(kv)
         cache_bytes = canonical_strides(cache.view(torch.uint8))
         factory = getattr(tl.ops, f"store_kv_{rec.name}{checked}_tl")
-        kernel = factory(index_dtype, cache.shape[1], kv_stride, cache_bytes.stride(0), x_align=base_alignment(kv_rows, cache_bytes))
+        kernel = factory(index_dtype, cache.shape[1], kv_stride, cache_bytes.stride(0), x_align=base_alignment(kv_rows, cache_bytes), **options)
         kernel(kv_rows, slot_mapping, cache_bytes, *extra)
         return
     if kv.dim() == 2:
@@ -191,10 +194,10 @@ def _launch(tl, kv, cache, slot_mapping, v, v_cache, layout, out_of_range) -> No
     _, h, dh = k.shape
     static = (h, dh, DTYPES[kv.dtype], index_dtype, k_cache.shape[1], tuple(k.stride()[:2]), tuple(k_cache.stride()[:3]))
     if v is None:
-        kernel = getattr(tl.ops, f"store_kv{checked}_tl")(*static, x_align=base_alignment(k, k_cache))
+        kernel = getattr(tl.ops, f"store_kv{checked}_tl")(*static, x_align=base_alignment(k, k_cache), **options)
         kernel(k, slot_mapping, k_cache, *extra)
         return
     v_view = canonical_strides(v)
     vc = canonical_strides(v_cache.transpose(1, 2) if layout == "HND" else v_cache)
-    kernel = getattr(tl.ops, f"store_kv_pair{checked}_tl")(*static, x_align=base_alignment(k, k_cache, v_view, vc))
+    kernel = getattr(tl.ops, f"store_kv_pair{checked}_tl")(*static, x_align=base_alignment(k, k_cache, v_view, vc), **options)
     kernel(k, v_view, slot_mapping, k_cache, vc, *extra)

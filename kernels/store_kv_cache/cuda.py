@@ -7,6 +7,8 @@
     store_kv_fp8_tl(index_dtype, block_size, kv_stride, block_stride, x_align=...)(kv, slot_mapping, cache)
     store_kv_checked_tl, store_kv_pair_checked_tl, store_kv_fp4_checked_tl, store_kv_fp8_checked_tl:
         the same kernels with one more operand, out_of_range (1,) int32, last.
+    Every factory also takes pdl=False: True builds a programmatic dependent launch
+    (kernels/tl_launch.py, sm_90+).
 
 k, v           (t, H, Dh) of `dtype` (bfloat16 or float16), strides (k_strides[0], k_strides[1], 1)
                (an MLA latent row is H = 1, Dh = width).
@@ -74,6 +76,7 @@ from kernels.quant.formats import E4M3_MAX
 from kernels.static_args import ALIGNMENTS, element_bytes, next_pow2
 from kernels.store_kv_cache.layout import FP4, FP8, LATENT, ROPE, WIDTH, RecordLayout
 from kernels.store_kv_cache.ref import BACKEND_DTYPES as DTYPES, INDEX_DTYPES, MAX_ROW, check_row, check_slots
+from kernels.tl_launch import dependent_entry
 
 
 __all__ = [
@@ -214,7 +217,7 @@ def _slot_macros(block_size: int, checked: bool):
     return valid, count
 
 
-def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides, cache_strides, x_align: int, pair: bool, checked: bool):
+def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides, cache_strides, x_align: int, pair: bool, checked: bool, pdl: bool):
     _check_common(name, index_dtype, block_size, x_align)
     cfg = copy_config(H, Dh, dtype, k_strides, cache_strides, x_align)
     tpr, rows, steps, vec, hv = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems, cfg.head_vectors
@@ -245,6 +248,7 @@ def _copy_body(name: str, H: int, Dh: int, dtype: str, index_dtype: str, block_s
     @T.macro
     def body(k, v, slot_mapping, k_cache, v_cache, out_of_range, t, num_blocks):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             # 64-bit row ids and slots make every offset below 64-bit.
@@ -285,9 +289,9 @@ def _copy_params(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int,
 
 
 @tilelang.jit
-def store_kv_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16):
+def store_kv_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(k, slot_mapping, k_cache): k_cache[slot // block_size, slot % block_size] = k."""
-    body = _copy_body("store_kv", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, False, False)
+    body = _copy_body("store_kv", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, False, False, pdl)
     t, num_blocks, src, dst, slots = _copy_params(H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides)
 
     @T.prim_func
@@ -298,9 +302,9 @@ def store_kv_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, 
 
 
 @tilelang.jit
-def store_kv_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16):
+def store_kv_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(k, slot_mapping, k_cache, out_of_range): store_kv_tl, counting slots past the cache."""
-    body = _copy_body("store_kv_checked", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, False, True)
+    body = _copy_body("store_kv_checked", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, False, True, pdl)
     t, num_blocks, src, dst, slots = _copy_params(H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides)
 
     @T.prim_func
@@ -311,9 +315,9 @@ def store_kv_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_siz
 
 
 @tilelang.jit
-def store_kv_pair_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16):
+def store_kv_pair_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(k, v, slot_mapping, k_cache, v_cache): K and V rows in one launch."""
-    body = _copy_body("store_kv_pair", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, True, False)
+    body = _copy_body("store_kv_pair", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, True, False, pdl)
     t, num_blocks, src, dst, slots = _copy_params(H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides)
 
     @T.prim_func
@@ -324,9 +328,9 @@ def store_kv_pair_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: 
 
 
 @tilelang.jit
-def store_kv_pair_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16):
+def store_kv_pair_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, block_size: int, k_strides: tuple, cache_strides: tuple, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(k, v, slot_mapping, k_cache, v_cache, out_of_range): store_kv_pair_tl, counting."""
-    body = _copy_body("store_kv_pair_checked", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, True, True)
+    body = _copy_body("store_kv_pair_checked", H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides, x_align, True, True, pdl)
     t, num_blocks, src, dst, slots = _copy_params(H, Dh, dtype, index_dtype, block_size, k_strides, cache_strides)
 
     @T.prim_func
@@ -336,7 +340,7 @@ def store_kv_pair_checked_tl(H: int, Dh: int, dtype: str, index_dtype: str, bloc
     return store_kv_pair_checked
 
 
-def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: int, kv_stride: int, block_stride: int, x_align: int, checked: bool):
+def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: int, kv_stride: int, block_stride: int, x_align: int, checked: bool, pdl: bool):
     _check_common(name, index_dtype, block_size, x_align)
     rec = layout.record_bytes
     if kv_stride < WIDTH:
@@ -380,6 +384,7 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
     @T.macro
     def body(kv, slot_mapping, cache, out_of_range, t, num_blocks):
         with T.Kernel(T.ceildiv(t, rows), threads=_BLOCK_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % lanes
             row = T.cast(bx * rows + tx // lanes, "int64")
@@ -454,9 +459,9 @@ def _record_params(layout: RecordLayout, index_dtype: str, block_size: int, kv_s
 
 
 @tilelang.jit
-def store_kv_fp4_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16):
+def store_kv_fp4_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(kv, slot_mapping, cache): 576-wide bf16 rows -> FP4 records (layout.FP4)."""
-    body = _record_body("store_kv_fp4", FP4, index_dtype, block_size, kv_stride, block_stride, x_align, False)
+    body = _record_body("store_kv_fp4", FP4, index_dtype, block_size, kv_stride, block_stride, x_align, False, pdl)
     t, num_blocks, kv_t, slots, cache_t = _record_params(FP4, index_dtype, block_size, kv_stride, block_stride)
 
     @T.prim_func
@@ -467,9 +472,9 @@ def store_kv_fp4_tl(index_dtype: str, block_size: int, kv_stride: int, block_str
 
 
 @tilelang.jit
-def store_kv_fp4_checked_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16):
+def store_kv_fp4_checked_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(kv, slot_mapping, cache, out_of_range): store_kv_fp4_tl, counting slots past the cache."""
-    body = _record_body("store_kv_fp4_checked", FP4, index_dtype, block_size, kv_stride, block_stride, x_align, True)
+    body = _record_body("store_kv_fp4_checked", FP4, index_dtype, block_size, kv_stride, block_stride, x_align, True, pdl)
     t, num_blocks, kv_t, slots, cache_t = _record_params(FP4, index_dtype, block_size, kv_stride, block_stride)
 
     @T.prim_func
@@ -480,9 +485,9 @@ def store_kv_fp4_checked_tl(index_dtype: str, block_size: int, kv_stride: int, b
 
 
 @tilelang.jit
-def store_kv_fp8_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16):
+def store_kv_fp8_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(kv, slot_mapping, cache): 576-wide bf16 rows -> FP8 records (layout.FP8)."""
-    body = _record_body("store_kv_fp8", FP8, index_dtype, block_size, kv_stride, block_stride, x_align, False)
+    body = _record_body("store_kv_fp8", FP8, index_dtype, block_size, kv_stride, block_stride, x_align, False, pdl)
     t, num_blocks, kv_t, slots, cache_t = _record_params(FP8, index_dtype, block_size, kv_stride, block_stride)
 
     @T.prim_func
@@ -493,9 +498,9 @@ def store_kv_fp8_tl(index_dtype: str, block_size: int, kv_stride: int, block_str
 
 
 @tilelang.jit
-def store_kv_fp8_checked_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16):
+def store_kv_fp8_checked_tl(index_dtype: str, block_size: int, kv_stride: int, block_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(kv, slot_mapping, cache, out_of_range): store_kv_fp8_tl, counting slots past the cache."""
-    body = _record_body("store_kv_fp8_checked", FP8, index_dtype, block_size, kv_stride, block_stride, x_align, True)
+    body = _record_body("store_kv_fp8_checked", FP8, index_dtype, block_size, kv_stride, block_stride, x_align, True, pdl)
     t, num_blocks, kv_t, slots, cache_t = _record_params(FP8, index_dtype, block_size, kv_stride, block_stride)
 
     @T.prim_func

@@ -451,12 +451,27 @@ def test_cuda_config_compiles_without_spills(arch, case):
 
     name, (*args, align) = case
     fn = getattr(cuda, name)
-    lowered = codegen_cuda.lower_cuda(fn, *args, x_align=align, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(fn, *args, x_align=align, arch=arch, pdl=True)
     assert _ROW_OFFSET_64.search(lowered.source) and _SLOT_OFFSET_64.search(lowered.source), "offsets must be 64-bit"
     assert "__fdividef" not in lowered.source and "--use_fast_math" not in lowered.nvcc_flags
     assert ("AtomicAdd" in lowered.source) == ("checked" in name)
-    report = codegen_cuda.check_cuda_resources(fn, *args, x_align=align, arch=arch)
+    report = codegen_cuda.check_cuda_resources(fn, *args, x_align=align, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("name", ["store_kv_pair_checked_tl", "store_kv_fp4_checked_tl"])
+def test_cuda_dependent_launch_waits_before_memory(name):
+    # pdl=True: nvcc keeps every global access (the slot and row loads, the count's atomic) after
+    # the wait for the grids before; pdl=False emits neither call. One body of each kind.
+    from kernels.store_kv_cache import cuda
+    from testing import codegen_cuda
+
+    *args, align = cuda.store_kv_shipped_configs()[name][0]
+    fn = getattr(cuda, name)
+    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(fn, *args, x_align=align, pdl=True))
+    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(fn, *args, x_align=align))
 
 
 @pytest.mark.codegen_cuda

@@ -34,8 +34,9 @@ CUDA-graph capturable; T, B, max_blocks and W are dynamic, one compile per block
 index dtypes). Its grid holds tokens and requests on the y dimension, which CUDA caps at 65535
 blocks: a CUDA call with T, B >= 1 needs ceil(T / 8) + ceil(B / 256) <= 65535 (T <= 524,272 for
 B <= 256), else it raises ValueError naming positions (or query_start_loc, when B alone is too
-many: B > 65534 * 256; check_cuda_grid). CPU tensors are served by
-the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the argument before
+many: B > 65534 * 256; check_cuda_grid). On sm_90+ the launch is a programmatic dependent one
+(kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
+it, so results are those of a plain launch. CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError naming the argument before
 anything is written. An empty batch (B == 0) or T == 0 launches no kernel: torch fills the outputs
 with what the reference defines.
 """
@@ -57,6 +58,7 @@ from kernels.interface import (
     check_tensor,
     dense_table,
     is_host,
+    launch_options,
 )
 from kernels.swa_index import ref
 
@@ -139,7 +141,12 @@ def swa_index(
         return outs
     tl = backend_ops(name, query_start_loc)
     kernel = tl.ops.swa_index_tl(
-        block_size, pad, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype], INDEX_DTYPES[seq_lens.dtype]
+        block_size,
+        pad,
+        INDEX_DTYPES[query_start_loc.dtype],
+        INDEX_DTYPES[positions.dtype],
+        INDEX_DTYPES[seq_lens.dtype],
+        **launch_options(query_start_loc),
     )
     kernel(query_start_loc, positions, dense_table(block_table), seq_lens, *outs)
     return outs

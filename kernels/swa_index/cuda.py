@@ -1,7 +1,7 @@
 """NVIDIA TileLang implementation of `swa_index`: per query token the KV slots of its sliding window,
 per request the first block still in the window and the replay range.
 
-    k = swa_index_tl(block_size, pad, indptr_dtype, pos_dtype, len_dtype)
+    k = swa_index_tl(block_size, pad, indptr_dtype, pos_dtype, len_dtype, pdl=False)
     k(query_start_loc, positions, block_table, seq_lens,
       slots, valid_len, first_block, replay_start, replay_end)
 
@@ -53,6 +53,7 @@ from kernels.swa_index.ref import (
     check_static,
     swa_index_shipped_configs,
 )
+from kernels.tl_launch import dependent_entry
 
 __all__ = ["INDEX_DTYPES", "swa_index_shipped_configs", "swa_index_tl"]
 
@@ -74,9 +75,10 @@ _REQ_CHUNK = _THREADS * _REQ_PER_THREAD
 # Every access is guarded by the kernel's own bounds (columns < valid_len, blocks < max_blocks,
 # requests found by the scan); the legaliser's copies of them would double the per-entry work.
 @tilelang.jit(pass_configs={"tl.disable_safe_memory_legalize": True})
-def swa_index_tl(block_size: int, pad: str, indptr_dtype: str, pos_dtype: str, len_dtype: str):
+def swa_index_tl(block_size: int, pad: str, indptr_dtype: str, pos_dtype: str, len_dtype: str, *, pdl: bool = False):
     """Compiled kernel(query_start_loc, positions, block_table, seq_lens, slots, valid_len,
-    first_block, replay_start, replay_end) (memoised)."""
+    first_block, replay_start, replay_end) (memoised); pdl: a programmatic dependent launch
+    (kernels/tl_launch.py, sm_90+)."""
     check_static("swa_index", block_size, pad, indptr_dtype=indptr_dtype, pos_dtype=pos_dtype, len_dtype=len_dtype)
     # What an entry without a slot holds before the repeat mode's fill replaces it.
     default_fill = -1 if pad == "minus_one" else 0
@@ -103,6 +105,7 @@ def swa_index_tl(block_size: int, pad: str, indptr_dtype: str, pos_dtype: str, l
         replay_end: T.Tensor((B,), "int64"),
     ):
         with T.Kernel(T.ceildiv(W, cols), T.ceildiv(n, _TOK) + T.ceildiv(B, _THREADS), threads=_THREADS) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lo = T.alloc_local((_REQ_PER_THREAD,), indptr_dtype)
             hi = T.alloc_local((_REQ_PER_THREAD,), indptr_dtype)

@@ -322,11 +322,24 @@ def test_cuda_config_compiles_without_spills(arch, config):
     from kernels.swa_index import cuda
     from testing import codegen_cuda
 
-    source = codegen_cuda.cuda_source(cuda.swa_index_tl, *config, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    source = codegen_cuda.cuda_source(cuda.swa_index_tl, *config, arch=arch, pdl=True)
     # One launch, no atomics: requests are found by range tests, every output has one writer.
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
-    report = codegen_cuda.check_cuda_resources(cuda.swa_index_tl, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(cuda.swa_index_tl, *config, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+def test_cuda_dependent_launch_waits_before_memory():
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call.
+    from kernels.swa_index import cuda
+    from testing import codegen_cuda
+
+    config = ref.swa_index_shipped_configs()[0]
+    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(cuda.swa_index_tl, *config, pdl=True))
+    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(cuda.swa_index_tl, *config))
 
 
 @pytest.mark.codegen_cuda

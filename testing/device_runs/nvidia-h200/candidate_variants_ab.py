@@ -22,7 +22,7 @@ sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.candidate_blocks import ref  # noqa: E402
 from kernels.candidate_blocks.candidate_blocks_bench import NB, NUM_LOCAL, NUM_SINK  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import alternating_median_us, load_variant  # noqa: E402
+from testing.variants import alternating_median_us, load_variant, write_report  # noqa: E402
 
 K = 64
 VARIANTS = [v.split("=") for v in os.environ.get("VARIANTS", "new=kernels/candidate_blocks/cuda.py").split(",")]
@@ -64,8 +64,7 @@ def main():
             cells = "  ".join(f"{name} {us:7.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
             lines.append(f"{kind:6s} T {t:5d}  {cells}")
             print(lines[-1], flush=True)
-    with open(os.path.join(os.environ.get("OUT", "."), "candidate_ab.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_report(lines, "candidate_ab.txt")
 
 
 if __name__ == "__main__":

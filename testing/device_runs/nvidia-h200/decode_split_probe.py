@@ -24,7 +24,7 @@ import tilelang  # noqa: E402
 import tilelang.language as T  # noqa: E402
 
 from testing import timer  # noqa: E402
-from testing.variants import alternating_median_us  # noqa: E402
+from testing.variants import time_groups  # noqa: E402
 
 D = 7168
 VEC = 8
@@ -121,13 +121,7 @@ def main():
     lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us, D {D}"]
     groups = [shipped_rows(dev, d, t, lines) for d, t in ((D, 1), (D, 8), (D, 64), (D, 256), (4096, 1), (4096, 64))]
     groups.append(split_rows(dev, lines))
-    print("\n".join(lines), flush=True)
-    for fns in groups:
-        for name, us in alternating_median_us(fns, budget_s=0.2).items():
-            lines.append(f"{name:18s} {us:6.2f} us")
-            print(lines[-1], flush=True)
-    with open(os.path.join(os.environ.get("OUT", "."), "decode_split.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    time_groups(groups, lines, "decode_split.txt")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,24 @@
+"""Launch order of the CUDA kernels: programmatic dependent launch (PDL, sm_90 and later).
+
+A decode step is a chain of small kernels in one CUDA graph, each costing about a microsecond of
+launch and scheduling before its first instruction. A kernel built with `pdl=True` starts with
+`dependent_entry(True)`: it lets the next grid be launched at once (its blocks take free SM slots
+and wait there), then waits on the device for every earlier grid of the stream to finish and its
+writes to be visible, before it reads or writes anything. So its results are those of a plain
+launch, and its own launch and scheduling overlap the grid before it (when that grid lets it, as
+every PDL kernel here does from its first instruction).
+"""
+
+# No `from __future__ import annotations`: TileLang parses the callers' bodies.
+import tilelang.language as T
+
+
+def dependent_entry(pdl: bool) -> None:
+    """Called first inside a kernel's T.Kernel scope; emits nothing when pdl is False.
+
+    The wait (cudaGridDependencySynchronize) makes TileLang launch the kernel with
+    cudaLaunchAttributeProgrammaticStreamSerialization; TileLang lowers it for sm_90+ only, so the
+    interfaces pass pdl=kernels.interface.takes_pdl(tensor)."""
+    if pdl:
+        T.evaluate(T.pdl_trigger())
+        T.evaluate(T.pdl_sync())
