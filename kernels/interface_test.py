@@ -137,5 +137,7 @@ def test_launch_options_ask_for_pdl_on_cuda_devices_that_take_it(monkeypatch):
         return {0: (8, 0), 1: (9, 0)}[index]
 
     monkeypatch.setattr(interface, "cuda_capability", capability)
-    on = [interface.launch_options(types.SimpleNamespace(device=torch.device(kind, i))) for kind, i in (("cuda", 0), ("cuda", 1), ("npu", 1), ("cpu", 0))]
+    # Fake devices: this torch build may know no "npu" device type.
+    devices = [types.SimpleNamespace(type=kind, index=i) for kind, i in (("cuda", 0), ("cuda", 1), ("npu", 1), ("cpu", 0))]
+    on = [interface.launch_options(types.SimpleNamespace(device=d)) for d in devices]
     assert on == [{}, {"pdl": True}, {}, {}] and seen == [0, 1]
