@@ -37,10 +37,11 @@ Returns (the exact rules, invalid indices included, are in kernels/get_kv_index/
                     is negative or past 2**31 - 1 (int64 seq_lens may describe one).
 
 CUDA tensors run one TileLang kernel per call (no host sync, every size fixed by the arguments:
-CUDA-graph capturable). CPU tensors are served by the PyTorch reference. Invalid arguments raise
-TypeError or ValueError naming the argument before anything is written. An empty batch (B == 0)
-or an empty output launches no kernel: outputs are filled by torch (-1 for indices, kv_indptr =
-[0]).
+CUDA-graph capturable; on sm_90+ a programmatic dependent launch, kernels/tl_launch.py: it overlaps
+the kernel before it and waits on the device for it). CPU tensors are served by the PyTorch
+reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
+written. An empty batch (B == 0) or an empty output launches no kernel: outputs are filled by
+torch (-1 for indices, kv_indptr = [0]).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from kernels.interface import (
     check_tensor,
     dense_table,
     is_host,
+    launch_options,
 )
 
 __all__ = ["get_batch_indices_positions", "get_paged_kv_indices", "get_slot_mapping"]
@@ -107,7 +109,7 @@ def get_slot_mapping(
     if is_host(query_start_loc):
         return slots.copy_(ref.slot_mapping_ref(query_start_loc, positions, block_table, block_size, n))
     tl = backend_ops(name, query_start_loc)
-    kernel = tl.ops.slot_mapping_tl(block_size, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype])
+    kernel = tl.ops.slot_mapping_tl(block_size, INDEX_DTYPES[query_start_loc.dtype], INDEX_DTYPES[positions.dtype], **launch_options(positions))
     kernel(query_start_loc, positions, dense_table(block_table), slots)
     return slots
 
@@ -150,7 +152,7 @@ def get_paged_kv_indices(
             dst.copy_(src)
         return kv_indptr, kv_indices, kv_last_page_len
     tl = backend_ops(name, seq_lens)
-    kernel = tl.ops.paged_kv_indices_tl(block_size, page_size, INDEX_DTYPES[seq_lens.dtype])
+    kernel = tl.ops.paged_kv_indices_tl(block_size, page_size, INDEX_DTYPES[seq_lens.dtype], **launch_options(seq_lens))
     kernel(dense_table(block_table), seq_lens, kv_indptr, kv_indices, kv_last_page_len)
     return kv_indptr, kv_indices, kv_last_page_len
 
@@ -182,6 +184,6 @@ def get_batch_indices_positions(
             dst.copy_(src)
         return batch_indices, positions
     tl = backend_ops(name, append_indptr)
-    kernel = tl.ops.batch_indices_positions_tl(INDEX_DTYPES[append_indptr.dtype], INDEX_DTYPES[seq_lens.dtype])
+    kernel = tl.ops.batch_indices_positions_tl(INDEX_DTYPES[append_indptr.dtype], INDEX_DTYPES[seq_lens.dtype], **launch_options(seq_lens))
     kernel(append_indptr, seq_lens, batch_indices, positions)
     return batch_indices, positions

@@ -7,6 +7,8 @@ indices / positions of an append.
     k(block_table, seq_lens, kv_indptr, kv_indices, kv_last_page_len)
     k = batch_indices_positions_tl(indptr_dtype, len_dtype)
     k(append_indptr, seq_lens, batch_indices, positions)
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 query_start_loc / append_indptr  (>= B + 1,) of `indptr_dtype` (int32 or int64); entries past B
                  are never read.
@@ -60,6 +62,7 @@ from kernels.get_kv_index.ref import (
     paged_kv_indices_shipped_configs,
     slot_mapping_shipped_configs,
 )
+from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import block_scan_macro
 
 __all__ = [
@@ -123,8 +126,9 @@ def _find_request(indptr, n_req, tok, tx, req, end, lo, staged, stage):
 
 
 @tilelang.jit
-def slot_mapping_tl(block_size: int, indptr_dtype: str, pos_dtype: str):
-    """Compiled kernel(query_start_loc, positions, block_table, slot_mapping) (memoised)."""
+def slot_mapping_tl(block_size: int, indptr_dtype: str, pos_dtype: str, *, pdl: bool = False):
+    """Compiled kernel(query_start_loc, positions, block_table, slot_mapping) (memoised); pdl: a
+    programmatic dependent launch (kernels/tl_launch.py, sm_90+)."""
     check_sizes("slot_mapping", block_size)
     check_dtypes("slot_mapping", indptr_dtype=indptr_dtype, pos_dtype=pos_dtype)
     B, M, S = T.dynamic("B"), T.dynamic("max_blocks"), T.dynamic("bt_stride", "int64")
@@ -138,6 +142,7 @@ def slot_mapping_tl(block_size: int, indptr_dtype: str, pos_dtype: str):
         slots: T.Tensor((n,), "int64"),
     ):
         with T.Kernel(T.ceildiv(n, _THREADS), threads=_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             tok = bx * _THREADS + tx
             req = T.alloc_local((1,), "int32")
@@ -165,8 +170,8 @@ def slot_mapping_tl(block_size: int, indptr_dtype: str, pos_dtype: str):
 
 
 @tilelang.jit
-def batch_indices_positions_tl(indptr_dtype: str, len_dtype: str):
-    """Compiled kernel(append_indptr, seq_lens, batch_indices, positions) (memoised)."""
+def batch_indices_positions_tl(indptr_dtype: str, len_dtype: str, *, pdl: bool = False):
+    """Compiled kernel(append_indptr, seq_lens, batch_indices, positions) (memoised); pdl as above."""
     check_dtypes("batch_indices_positions", indptr_dtype=indptr_dtype, len_dtype=len_dtype)
     B, Q, n = T.dynamic("B"), T.dynamic("Q"), T.dynamic("n")
 
@@ -178,6 +183,7 @@ def batch_indices_positions_tl(indptr_dtype: str, len_dtype: str):
         positions: T.Tensor((n,), "int32"),
     ):
         with T.Kernel(T.ceildiv(n, _THREADS), threads=_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             tok = bx * _THREADS + tx
             req = T.alloc_local((1,), "int32")
@@ -203,8 +209,9 @@ def batch_indices_positions_tl(indptr_dtype: str, len_dtype: str):
 
 
 @tilelang.jit
-def paged_kv_indices_tl(block_size: int, page_size: int, len_dtype: str):
-    """Compiled kernel(block_table, seq_lens, kv_indptr, kv_indices, kv_last_page_len) (memoised)."""
+def paged_kv_indices_tl(block_size: int, page_size: int, len_dtype: str, *, pdl: bool = False):
+    """Compiled kernel(block_table, seq_lens, kv_indptr, kv_indices, kv_last_page_len) (memoised); pdl as
+    above."""
     check_sizes("paged_kv_indices", block_size, page_size)
     check_dtypes("paged_kv_indices", len_dtype=len_dtype)
     r = block_size // page_size
@@ -222,6 +229,7 @@ def paged_kv_indices_tl(block_size: int, page_size: int, len_dtype: str):
         kv_last_page_len: T.Tensor((B,), "int32"),
     ):
         with T.Kernel(T.ceildiv(cap + 1, _ENTRIES), threads=_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             lens = T.alloc_local((K,), "int64")

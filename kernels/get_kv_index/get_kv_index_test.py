@@ -396,11 +396,25 @@ def test_cuda_config_compiles_without_spills(arch, case):
 
     factory, config = case
     fn = getattr(cuda, factory)
-    source = codegen_cuda.cuda_source(fn, *config, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    source = codegen_cuda.cuda_source(fn, *config, arch=arch, pdl=True)
     # One launch, no atomics: requests are found by search, prefixes by a fixed-order block scan.
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
-    report = codegen_cuda.check_cuda_resources(fn, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(fn, *config, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", [f"{f}_tl" for f in _FACTORIES])
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call.
+    from kernels.get_kv_index import cuda
+    from testing import codegen_cuda
+
+    fn, config = getattr(cuda, factory), dict(_configs("cuda"))[factory]
+    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(fn, *config, pdl=True))
+    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(fn, *config))
 
 
 @pytest.mark.codegen_cuda

@@ -48,6 +48,7 @@ CASES = {
                        "mla_fp4_t256_d576", "mla_bf16_t4096_d576", "mla_fp4_t4096_d576"],
     "schedule_mtp_varlen": ["decode_b1_k1", "decode_b64_k1", "decode_b256_k3", "decode_b1024_k1"],
     "swa_index": ["decode_b1_mtp1_w128", "decode_b64_mtp1_w128", "decode_b1_mtp1_w4096", "decode_b1024_mtp3_w4096"],
+    "get_kv_index": ["slots_decode_b1_t1", "slots_decode_b256_t256", "paged_decode_b1_t1", "paged_decode_b64_t64", "append_decode_b1_t1"],
 }
 
 
