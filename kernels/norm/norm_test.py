@@ -769,9 +769,8 @@ def _fp8_cuda_configs():
 
 
 def _fp8_kwargs(align, variant) -> dict:
-    """The factory's options, built as the interface builds them for sm_90a / sm_100a (pdl)."""
     ue8m0, layout, with_y = variant
-    return dict(x_align=align, ue8m0=ue8m0, scale_layout=layout, with_y=with_y, pdl=True)
+    return dict(x_align=align, ue8m0=ue8m0, scale_layout=layout, with_y=with_y)
 
 
 @pytest.mark.codegen_cuda
@@ -823,7 +822,8 @@ def test_cuda_fp8_config_compiles_without_spills(arch, factory, config):
 
     d, dtype, stride, align, group = config
     fn = getattr(cuda, factory)
-    kwargs = _fp8_kwargs(align, FP8_VARIANTS[-1])
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    kwargs = dict(_fp8_kwargs(align, FP8_VARIANTS[-1]), pdl=True)
     source = codegen_cuda.lower_cuda(fn, d, dtype, 1e-6, stride, group, arch=arch, **kwargs).source
     assert "int64_t" in source and "rsqrtf" in source
     # The e4m3 output is stored, and (ue8m0) the scale is read off the amax's bits above its
@@ -850,7 +850,7 @@ def test_cuda_fp8_variants_compile_without_spills(arch, factory, variant, config
 
     d, dtype, stride, align, group = config
     fn = getattr(cuda, factory)
-    kwargs = _fp8_kwargs(align, variant)
+    kwargs = dict(_fp8_kwargs(align, variant), pdl=True)
     source = codegen_cuda.lower_cuda(fn, d, dtype, 1e-6, stride, group, arch=arch, **kwargs).source
     # with_y adds y's argument and store; nothing else changes the signature.
     assert (" y," in source or "* __restrict__ y" in source) == variant[2]
