@@ -18,7 +18,7 @@ def dependent_entry(pdl: bool) -> None:
 
     The wait (cudaGridDependencySynchronize) makes TileLang launch the kernel with
     cudaLaunchAttributeProgrammaticStreamSerialization; TileLang lowers it for sm_90+ only, so the
-    interfaces pass pdl=kernels.interface.takes_pdl(tensor)."""
+    interfaces pass **kernels.interface.launch_options(tensor)."""
     if pdl:
         T.evaluate(T.pdl_trigger())
         T.evaluate(T.pdl_sync())

@@ -269,6 +269,13 @@ def assert_plain_launch(source: str) -> None:
         assert call not in source, f"{call} in a kernel built without pdl"
 
 
+def check_dependent_launch(factory, *args, **kwargs) -> None:
+    """`factory(*args, **kwargs, pdl=True)` passes assert_dependent_entry (sm_90a PTX) and the
+    pdl=False build passes assert_plain_launch."""
+    assert_dependent_entry(ptx_text(factory, *args, pdl=True, **kwargs))
+    assert_plain_launch(cuda_source(factory, *args, **kwargs))
+
+
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")

@@ -39,10 +39,10 @@ NaN/Inf/zero rows). No output may overlap an input or another output.
 The arithmetic is fp32 (see kernels/norm/ref.py, the contract, for the order and for NaN/Inf rows:
 they propagate within their row and never beyond it). CUDA tensors run the TileLang kernel of the
 `cuda` backend (no host sync, CUDA-graph capturable; on sm_90+ a programmatic dependent launch,
-kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU
-tensors are served by the PyTorch reference, so code written against this interface runs unchanged without an accelerator. Invalid arguments
-raise TypeError or ValueError naming the argument before anything is written; T == 0 or D == 0
-launches nothing.
+kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU tensors
+are served by the PyTorch reference, so code written against this interface runs unchanged without
+an accelerator. Invalid arguments raise TypeError or ValueError naming the argument before anything
+is written; T == 0 or D == 0 launches nothing.
 """
 
 from __future__ import annotations

@@ -734,8 +734,7 @@ def test_cuda_dependent_launch_waits_before_memory(factory):
 
     fn = getattr(cuda, factory)
     args = (7168, "bfloat16", 1e-6, 7168) + ((128,) if "fp8" in factory else ())
-    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(fn, *args, pdl=True))
-    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(fn, *args))
+    codegen_cuda.check_dependent_launch(fn, *args)
 
 
 @pytest.mark.codegen_cuda

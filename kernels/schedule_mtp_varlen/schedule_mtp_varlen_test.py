@@ -296,8 +296,7 @@ def test_cuda_dependent_launch_waits_before_memory(kernel):
     from testing import codegen_cuda
 
     factory, args = getattr(cuda, kernel[0]), (*ref.schedule_mtp_varlen_shipped_configs()[0], *kernel[1])
-    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(factory, *args, pdl=True))
-    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(factory, *args))
+    codegen_cuda.check_dependent_launch(factory, *args)
 
 
 @pytest.mark.codegen_cuda

@@ -30,11 +30,11 @@ out_of_range   optional (1,) int32 tensor on kv's device: the number of slots >=
                check its slot mappings without stopping. The caller zeroes it.
 
 Returns None. Quantised records are bit-exact against layout.encode_rows; plain rows are copied bit
-for bit. CUDA tensors run one TileLang launch of the `cuda` backend (K and V together), with no
-host sync and no allocation, so it is CUDA-graph capturable; on sm_90+ a programmatic dependent
-launch (kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU tensors are served by the
-reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
-written. T == 0 launches nothing.
+for bit. CUDA tensors run one TileLang launch of the `cuda` backend (K and V together), with no host
+sync and no allocation, so it is CUDA-graph capturable; on sm_90+ a programmatic dependent launch
+(kernels/tl_launch.py: it overlaps the kernel before it and waits on the device for it); CPU tensors
+are served by the reference. Invalid arguments raise TypeError or ValueError naming the argument
+before anything is written. T == 0 launches nothing.
 """
 
 from __future__ import annotations

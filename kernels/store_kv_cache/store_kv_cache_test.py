@@ -470,8 +470,7 @@ def test_cuda_dependent_launch_waits_before_memory(name):
 
     *args, align = cuda.store_kv_shipped_configs()[name][0]
     fn = getattr(cuda, name)
-    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(fn, *args, x_align=align, pdl=True))
-    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(fn, *args, x_align=align))
+    codegen_cuda.check_dependent_launch(fn, *args, x_align=align)
 
 
 @pytest.mark.codegen_cuda

@@ -338,8 +338,7 @@ def test_cuda_dependent_launch_waits_before_memory():
     from testing import codegen_cuda
 
     config = ref.swa_index_shipped_configs()[0]
-    codegen_cuda.assert_dependent_entry(codegen_cuda.ptx_text(cuda.swa_index_tl, *config, pdl=True))
-    codegen_cuda.assert_plain_launch(codegen_cuda.cuda_source(cuda.swa_index_tl, *config))
+    codegen_cuda.check_dependent_launch(cuda.swa_index_tl, *config)
 
 
 @pytest.mark.codegen_cuda
