@@ -271,11 +271,23 @@ def test_cuda_config_compiles_without_spills(factory, arch, config):
     from testing import codegen_cuda
 
     make = getattr(cuda, factory)
-    source = codegen_cuda.cuda_source(make, *config, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    source = codegen_cuda.cuda_source(make, *config, arch=arch, pdl=True)
     # One kernel (declared, then defined): one launch per call.
     assert len(set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", source))) == 1
-    report = codegen_cuda.check_cuda_resources(make, *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(make, *config, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", CUDA_FACTORIES)
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call. The first shipped configuration.
+    from kernels.candidate_blocks import cuda
+    from testing import codegen_cuda
+
+    codegen_cuda.check_dependent_launch(getattr(cuda, factory), *_configs("cuda")[0])
 
 
 @pytest.mark.codegen_cuda

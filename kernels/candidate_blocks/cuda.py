@@ -5,6 +5,8 @@ and local blocks, ascending ids, optionally mapped to pages. Two kernels, one co
     k = candidate_blocks_pair_tl(NB, k, num_sink, num_local, n_dtype, req_dtype=None)  # two warps per query
     k(scores, n_t, ids)                              # req_dtype None: block ids
     k(scores, n_t, block_table, req_index, ids)      # req_dtype int32/int64: pages
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 scores       (t, NB) float32, contiguous.
 n_t          (t,) of `n_dtype` (int32 or int64): causal block counts, clamped to [0, NB].
@@ -86,6 +88,7 @@ import tilelang.language as T
 from kernels.candidate_blocks.ref import BACKEND_INDEX_DTYPES as INDEX_DTYPES
 from kernels.candidate_blocks.ref import MAX_K, MAX_NB, SINK_KEY, check_static, shipped_configs
 from kernels.tl_bits import lowest_set_bit
+from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import block_scan_macro
 
 __all__ = [
@@ -168,7 +171,7 @@ _THREAD_BINS = _BINS // _THREADS
 
 
 @tilelang.jit
-def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
+def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None, *, pdl: bool = False):
     """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
     check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
     per = -(-NB // _THREADS)
@@ -180,6 +183,7 @@ def candidate_blocks_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype:
     @T.macro
     def select(scores, n_t, block_table, req_index, ids):
         with T.Kernel(t, threads=_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             row = T.cast(bx, "int64")
@@ -363,7 +367,7 @@ def last_reaching(incl, need):
 
 
 @tilelang.jit(pass_configs=_PASS_CONFIGS)
-def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None):
+def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_dtype: str, req_dtype=None, *, pdl: bool = False):
     """Compiled kernel(scores, n_t[, block_table, req_index], ids) for these static arguments."""
     check_static("candidate_blocks", NB, k, num_sink, num_local, n_dtype, req_dtype)
     per = -(-NB // _PAIR_THREADS)
@@ -492,6 +496,7 @@ def candidate_blocks_pair_tl(NB: int, k: int, num_sink: int, num_local: int, n_d
     def select(scores, n_t, block_table, req_index, ids):
         with T.Kernel(t, threads=_PAIR_THREADS) as bx:
             T.annotate_min_blocks_per_sm(_BLOCKS_PER_SM)
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             row = T.cast(bx, "int64")

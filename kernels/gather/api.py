@@ -11,8 +11,9 @@ out    optional (m, D) contiguous tensor of x's dtype on x's device, overlapping
        (compared by the byte ranges they span).
 Returns y (m, D) contiguous.
 
-CUDA tensors run the TileLang kernel of the `cuda` backend (no host sync, CUDA-graph capturable);
-CPU tensors are served by the PyTorch reference (`kernels.gather.ref`), so code written against this
+CUDA tensors run the TileLang kernel of the `cuda` backend (no host sync, CUDA-graph capturable;
+on sm_90+ a programmatic dependent launch, kernels/tl_launch.py: it overlaps the kernel before it
+in the stream and waits on the device for it, so results are those of a plain launch); CPU tensors are served by the PyTorch reference (`kernels.gather.ref`), so code written against this
 interface runs unchanged on a machine without an accelerator. Invalid arguments raise TypeError or
 ValueError naming the argument before anything is written; m == 0 or D == 0 launches nothing.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from kernels.gather import ref
-from kernels.interface import INDEX_DTYPES, backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host
+from kernels.interface import INDEX_DTYPES, backend_ops, base_alignment, check_no_overlap, check_out, check_rows, check_tensor, dense_rows, is_host, launch_options
 
 __all__ = ["gather"]
 
@@ -58,6 +59,6 @@ def gather(x: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None
         return y
     tl = backend_ops("gather", x)
     x, x_stride = dense_rows(x)
-    kernel = tl.ops.gather_tl(d, DTYPES[x.dtype], INDEX_DTYPES[index.dtype], x_stride, x_align=base_alignment(x, y))
+    kernel = tl.ops.gather_tl(d, DTYPES[x.dtype], INDEX_DTYPES[index.dtype], x_stride, x_align=base_alignment(x, y), **launch_options(x))
     kernel(x, index, y)
     return y

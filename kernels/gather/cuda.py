@@ -2,6 +2,8 @@
 
     kernel = gather_tl(D, dtype, index_dtype, x_stride, x_align=...)
     kernel(x, index, y)                      # y[i] = x[index[i]]; the caller allocates y
+    (gather_tl also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 x      (n, D) of `dtype`, row stride `x_stride` >= D elements (a view of a wider tensor is fine),
        last dimension contiguous, base pointer aligned to `x_align` bytes.
@@ -26,6 +28,7 @@ import tilelang
 import tilelang.language as T
 
 from kernels.static_args import next_pow2, row_elements
+from kernels.tl_launch import dependent_entry
 
 __all__ = ["DTYPES", "INDEX_DTYPES", "GatherConfig", "gather_config", "gather_shipped_configs", "gather_tl"]
 
@@ -149,6 +152,7 @@ def gather_tl(
     threads: int | None = None,
     x_align: int = 16,
     vectors_per_thread: int | None = None,
+    pdl: bool = False,
 ):
     """Compiled gather kernel(x, index, y) for these static arguments (memoised per argument set)."""
     if index_dtype not in INDEX_DTYPES:
@@ -165,6 +169,7 @@ def gather_tl(
         y: T.Tensor((m, D), dtype),
     ):
         with T.Kernel(T.ceildiv(m, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             # This thread's first vector: blocks of one row take consecutive runs of tpr * steps.
             first = by * (tpr * cfg.steps) + tx % tpr

@@ -183,11 +183,23 @@ def test_cuda_config_compiles_without_spills(arch, config):
     from testing import codegen_cuda
 
     d, dtype, index_dtype, stride, align = config
-    lowered = codegen_cuda.lower_cuda(cuda.gather_tl, d, dtype, index_dtype, stride, x_align=align, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(cuda.gather_tl, d, dtype, index_dtype, stride, x_align=align, arch=arch, pdl=True)
     # 64-bit offsets: the source row is widened before it meets the stride.
     assert "int64_t" in lowered.source
-    report = codegen_cuda.check_cuda_resources(cuda.gather_tl, d, dtype, index_dtype, stride, x_align=align, arch=arch)
+    report = codegen_cuda.check_cuda_resources(cuda.gather_tl, d, dtype, index_dtype, stride, x_align=align, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+def test_cuda_dependent_launch_waits_before_memory():
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call. The first shipped configuration.
+    from kernels.gather import cuda
+    from testing import codegen_cuda
+
+    d, dtype, index_dtype, stride, align = _cuda_configs()[0]
+    codegen_cuda.check_dependent_launch(cuda.gather_tl, d, dtype, index_dtype, stride, x_align=align)
 
 
 def _asc_configs():

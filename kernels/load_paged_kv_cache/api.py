@@ -38,7 +38,9 @@ num_tokens nor out, the call reads sum(seq_lens) on the host (`.item()`: a devic
 CUDA-graph capturable) and sizes out exactly.
 
 CUDA tensors run one TileLang launch of the `cuda` backend, no host sync (except the convenience
-path), so the call is CUDA-graph capturable. CPU tensors are served by the reference. Invalid
+path), so the call is CUDA-graph capturable; on sm_90+ it is a programmatic dependent launch
+(kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
+it, so results are those of a plain launch. CPU tensors are served by the reference. Invalid
 arguments raise TypeError or ValueError naming the argument before anything is written. B == 0 or
 num_tokens == 0 launches no kernel: cu_seqlens is computed with torch (zeros for B == 0).
 """
@@ -60,6 +62,7 @@ from kernels.interface import (
     check_out,
     check_tensor,
     is_host,
+    launch_options,
 )
 from kernels.load_paged_kv_cache import ref
 from kernels.store_kv_cache import layout as record_formats
@@ -178,10 +181,10 @@ def load_paged_kv_cache(
         slots_first = cache.unsqueeze(2) if cache.dim() == 3 else (cache.transpose(1, 2) if layout == "HND" else cache)
         source = canonical_strides(slots_first)
         _, block_size, heads, dh = source.shape
-        kernel = tl.ops.load_paged_kv_bf16_tl(heads, dh, block_size, tuple(source.stride()[:3]), lens_dtype, starts_dtype, x_align=base_alignment(cache, out))
+        kernel = tl.ops.load_paged_kv_bf16_tl(heads, dh, block_size, tuple(source.stride()[:3]), lens_dtype, starts_dtype, x_align=base_alignment(cache, out), **launch_options(cache))
     else:
         factory = tl.ops.load_paged_kv_fp4_tl if records is record_formats.FP4 else tl.ops.load_paged_kv_fp8_tl
         source = canonical_strides(cache.view(torch.uint8))
-        kernel = factory(cache.shape[1], source.stride(0), lens_dtype, starts_dtype)
+        kernel = factory(cache.shape[1], source.stride(0), lens_dtype, starts_dtype, **launch_options(cache))
     kernel(source, block_table, seq_lens, seq_lens if seq_starts is None else seq_starts, target, cu_seqlens)
     return out, cu_seqlens

@@ -4,6 +4,8 @@
     load = load_paged_kv_fp4_tl(block_size, block_stride, lens_dtype, starts_dtype)
     load = load_paged_kv_fp8_tl(block_size, block_stride, lens_dtype, starts_dtype)
     load(cache, block_table, seq_lens, seq_starts, out, cu_seqlens)
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 cache        bf16: (num_blocks, block_size, H, Dh) bfloat16 with strides (*cache_strides, 1), base
              aligned to x_align bytes: rows of D = H * Dh values (H = 1 for plain rows), the
@@ -76,6 +78,7 @@ from kernels.load_paged_kv_cache.ref import INDEX_DTYPES, check_block_stride, ch
 from kernels.quant import tl_formats as F
 from kernels.static_args import next_pow2, row_elements
 from kernels.store_kv_cache import layout
+from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import block_scan_macro
 
 __all__ = [
@@ -259,7 +262,7 @@ def _signature_dtypes(lens_dtype: str, starts_dtype):
 
 
 @tilelang.jit
-def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple, lens_dtype: str, starts_dtype, *, x_align: int = 16):
+def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple, lens_dtype: str, starts_dtype, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for a bf16 cache
     of H heads of Dh values per slot, strides cache_strides (memoised per argument set)."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
@@ -287,6 +290,7 @@ def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple
         cu_seqlens: T.Tensor((b + 1,), "int32"),
     ):
         with T.Kernel(T.ceildiv(cap, cfg.tile_rows), threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             row_id = T.alloc_shared((cfg.tile_rows,), "int32")
@@ -317,7 +321,7 @@ def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple
     return load_paged_kv_bf16
 
 
-def _record_kernel(records: layout.RecordLayout, block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
+def _record_kernel(records: layout.RecordLayout, block_size: int, block_stride: int, lens_dtype: str, starts_dtype, pdl: bool):
     """The record kernel of one layout: the shared prologue, then `dequant(lane, ...)` per row."""
     check_factory_args(block_size, lens_dtype, starts_dtype)
     check_block_stride(records, block_size, block_stride)
@@ -346,6 +350,7 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, block_stride: 
         cu_seqlens: T.Tensor((b + 1,), "int32"),
     ):
         with T.Kernel(T.ceildiv(cap, cfg.tile_rows), threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             row_id = T.alloc_shared((cfg.tile_rows,), "int32")
@@ -410,16 +415,16 @@ def _record_kernel(records: layout.RecordLayout, block_size: int, block_stride: 
 
 
 @tilelang.jit
-def load_paged_kv_fp4_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
+def load_paged_kv_fp4_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype, *, pdl: bool = False):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP4
     record cache (layout.FP4, read as uint8, blocks block_stride bytes apart), dequantised to
     (cap, 576) bf16."""
-    return _record_kernel(layout.FP4, block_size, block_stride, lens_dtype, starts_dtype)
+    return _record_kernel(layout.FP4, block_size, block_stride, lens_dtype, starts_dtype, pdl)
 
 
 @tilelang.jit
-def load_paged_kv_fp8_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype):
+def load_paged_kv_fp8_tl(block_size: int, block_stride: int, lens_dtype: str, starts_dtype, *, pdl: bool = False):
     """Compiled kernel(cache, block_table, seq_lens, seq_starts, out, cu_seqlens) for an FP8
     record cache (layout.FP8, read as uint8, blocks block_stride bytes apart), dequantised to
     (cap, 576) bf16."""
-    return _record_kernel(layout.FP8, block_size, block_stride, lens_dtype, starts_dtype)
+    return _record_kernel(layout.FP8, block_size, block_stride, lens_dtype, starts_dtype, pdl)

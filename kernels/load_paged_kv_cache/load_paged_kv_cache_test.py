@@ -576,12 +576,25 @@ def test_cuda_config_compiles_without_spills(arch, case):
     factory, config = case
     fn = getattr(cuda, factory)
     args, kwargs = _call(factory, config)
-    lowered = codegen_cuda.lower_cuda(fn, *args, arch=arch, **kwargs)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(fn, *args, arch=arch, pdl=True, **kwargs)
     # 64-bit cache offsets: the block id is widened before it meets the block stride.
     assert "(int64_t)blk" in lowered.source
     assert "atomic" not in lowered.source.lower(), "the prefix sum is in a fixed order, without atomics"
-    report = codegen_cuda.check_cuda_resources(fn, *args, arch=arch, **kwargs)
+    report = codegen_cuda.check_cuda_resources(fn, *args, arch=arch, pdl=True, **kwargs)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", ["load_paged_kv_bf16_tl", "load_paged_kv_fp4_tl", "load_paged_kv_fp8_tl"])
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call. The factory's first shipped configuration.
+    from kernels.load_paged_kv_cache import cuda
+    from testing import codegen_cuda
+
+    args, kwargs = _call(factory, next(config for f, config in _configs("cuda") if f == factory))
+    codegen_cuda.check_dependent_launch(getattr(cuda, factory), *args, **kwargs)
 
 
 @pytest.mark.codegen_ascend

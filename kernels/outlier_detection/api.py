@@ -26,7 +26,10 @@ is one launch: the per-row reduction's blocks count their arrivals in a per-stre
 (kernels/interface.py: stream_counters, zeroed once and left zero by every launch) and the last to
 arrive compacts the flags. Larger batches, and the Ascend backend, take two launches (per-row
 reduction, then a one-block compaction). The compaction is deterministic either way. Column mode is
-a zero fill and one launch. No host sync anywhere, so both modes are CUDA-graph capturable. A
+a zero fill and one launch. On sm_90+ every launch is a programmatic dependent one
+(kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
+it, so results are those of a plain launch. No host sync anywhere, so both modes are CUDA-graph
+capturable. A
 captured one-launch call takes zeroed counters that calls outside any capture set aside: before
 capturing, make one such call on the device (of a kernel that keeps counters: this one-launch row
 mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps the counter of the
@@ -51,6 +54,7 @@ from kernels.interface import (
     check_scalar,
     dense_rows,
     is_host,
+    launch_options,
     scalar_tensor,
     stream_counters,
 )
@@ -121,10 +125,11 @@ def detect_outlier_rows(
             pass
         else:
             arrivals = stream_counters(name, x.device, 1)
-            factory(*static, x_align=base_alignment(xk))(xk, thr, absmax, flag, flagged_rows, count, arrivals)
+            factory(*static, x_align=base_alignment(xk), **launch_options(x))(xk, thr, absmax, flag, flagged_rows, count, arrivals)
             return absmax, flag, flagged_rows, count
     # Both kernels are built before the first writes anything.
-    rows, compact = tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk)), tl.ops.outlier_compact_tl()
+    pdl = launch_options(x)
+    rows, compact = tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk), **pdl), tl.ops.outlier_compact_tl(**pdl)
     rows(xk, thr, absmax, flag)
     compact(flag, flagged_rows, count)
     return absmax, flag, flagged_rows, count
@@ -145,7 +150,7 @@ def count_outlier_columns(x: torch.Tensor, threshold, *, out: torch.Tensor | Non
         return counts.zero_()
     tl = backend_ops(name, x)
     xk, x_stride = dense_rows(x)
-    columns = tl.ops.outlier_columns_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk))
+    columns = tl.ops.outlier_columns_tl(d, DTYPES[x.dtype], x_stride, x_align=base_alignment(xk), **launch_options(x))
     # The kernel adds into counts; zeroed only once nothing can fail any more.
     counts.zero_()
     columns(xk, scalar_tensor(threshold, thr32, x), counts)

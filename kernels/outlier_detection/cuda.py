@@ -9,6 +9,8 @@
 
     columns = outlier_columns_tl(D, dtype, x_stride, x_align=...)
     columns(x, threshold, counts)                # counts[j] += rows with |x[:, j]| > threshold
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 x             (t, D) of `dtype` (bfloat16, float16 or float32), row stride `x_stride` >= D elements
               (a view of a wider tensor is fine), last dimension contiguous, base pointer aligned
@@ -55,6 +57,7 @@ import tilelang
 import tilelang.language as T
 
 from kernels.static_args import next_pow2, row_elements
+from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import block_scan_macro
 
 __all__ = [
@@ -335,7 +338,7 @@ def _compact_macro(threads: int, per_thread: int):
 
 
 @tilelang.jit
-def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled row kernel(x, threshold, absmax, flag) for these static arguments (memoised)."""
     cfg = rows_config(D, dtype, x_stride, x_align)
     t = T.dynamic("t")
@@ -349,13 +352,14 @@ def outlier_rows_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
         flag: T.Tensor((t,), T.bool),
     ):
         with T.Kernel(T.ceildiv(t, cfg.rows_per_block), threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             row_flags(x, threshold, absmax, flag, t, bx, T.get_thread_binding(0))
 
     return outlier_rows
 
 
 @tilelang.jit
-def outlier_compact_tl():
+def outlier_compact_tl(*, pdl: bool = False):
     """Compiled compaction kernel(flag, flagged_rows, count): one block, deterministic order."""
     t = T.dynamic("t")
     compact = _compact_macro(_COMPACT_THREADS, _COMPACT_ROWS_PER_THREAD)
@@ -367,13 +371,14 @@ def outlier_compact_tl():
         count: T.Tensor((1,), T.int32),
     ):
         with T.Kernel(1, threads=_COMPACT_THREADS) as _:
+            dependent_entry(pdl)
             compact(flag, flagged_rows, count, t, T.get_thread_binding(0))
 
     return outlier_compact
 
 
 @tilelang.jit
-def outlier_rows_compact_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+def outlier_rows_compact_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled one-launch row mode kernel(x, threshold, absmax, flag, flagged_rows, count, arrivals)
     for these static arguments (memoised): outlier_rows_tl's blocks, the last of which to finish
     compacts the flags as outlier_compact_tl does. arrivals[0] must be zero before the launch and is
@@ -395,6 +400,7 @@ def outlier_rows_compact_tl(D: int, dtype: str, x_stride: int, *, x_align: int =
     ):
         blocks = T.ceildiv(t, cfg.rows_per_block)
         with T.Kernel(blocks, threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             arrived = T.alloc_local((1,), "int32")
             last = T.alloc_shared((1,), "int32")
@@ -417,7 +423,7 @@ def outlier_rows_compact_tl(D: int, dtype: str, x_stride: int, *, x_align: int =
 
 
 @tilelang.jit
-def outlier_columns_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+def outlier_columns_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled column kernel(x, threshold, counts), adding into counts (zeroed by the caller)."""
     cfg = columns_config(D, dtype, x_stride, x_align)
     t = T.dynamic("t")
@@ -431,6 +437,7 @@ def outlier_columns_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
         counts: T.Tensor((D,), T.int32),
     ):
         with T.Kernel(T.ceildiv(t, cfg.rows_per_block), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             col_vector = by * cols + tx % cols
             # Row lane tx // cols takes rows first, first + lanes, ...: a block reads whole row

@@ -248,11 +248,13 @@ class _RecordingOps:
 @pytest.mark.parametrize("one_launch", [True, False], ids=["cuda", "no-one-launch-kernel"])
 def test_row_dispatch(monkeypatch, t, one_launch):
     """Up to ONE_LAUNCH_MAX_ROWS rows take the one-launch kernel with the stream's counter; larger
-    batches, or a backend without that kernel, take the two launches; the same static arguments."""
+    batches, or a backend without that kernel, take the two launches; the same static arguments,
+    and every factory the device's launch options (interface.launch_options)."""
     import types
 
     ops = _RecordingOps(missing=() if one_launch else ("outlier_rows_compact_tl",))
     monkeypatch.setattr(api, "is_host", lambda x: False)
+    monkeypatch.setattr(api, "launch_options", lambda t: {"pdl": True})
     monkeypatch.setattr(api, "backend_ops", lambda name, x: types.SimpleNamespace(ops=ops))
     monkeypatch.setattr(api, "ONE_LAUNCH_MAX_ROWS", 5)
     counter = torch.zeros(3, dtype=torch.int32)
@@ -267,12 +269,13 @@ def test_row_dispatch(monkeypatch, t, one_launch):
         assert all(a is o for a, o in zip(args[2:6], out))
     else:
         assert [c[0] for c in ops.calls] == ["outlier_rows_tl", "outlier_compact_tl"]
-        (_, static, options, args), (_, _, _, compact_args) = ops.calls
+        (_, static, options, args), (_, _, compact_options, compact_args) = ops.calls
+        assert compact_options == {"pdl": True}
         assert args[2] is out[0] and args[3] is out[1]
         assert all(a is o for a, o in zip(compact_args, out[1:]))
     # One row is declared dense (api.dense_rows), so one compiled kernel serves every one-row view.
     assert args[0].data_ptr() == x.data_ptr() and args[0].shape == x.shape and args[1] is thr
-    assert static == (24, "bfloat16", 24 if t == 1 else 31) and options == {"x_align": api.base_alignment(x)}
+    assert static == (24, "bfloat16", 24 if t == 1 else 31) and options == {"x_align": api.base_alignment(x), "pdl": True}
 
 
 @pytest.mark.ref
@@ -477,11 +480,12 @@ def test_cuda_config_compiles_without_spills(arch, case):
 
     factory, (d, dtype, stride, align) = case
     fn = getattr(cuda, factory)
-    lowered = codegen_cuda.lower_cuda(fn, d, dtype, stride, x_align=align, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(fn, d, dtype, stride, x_align=align, arch=arch, pdl=True)
     # 64-bit offsets into x: the row is widened before it meets the stride.
     assert "int64_t" in lowered.source
     # check_cuda_resources asserts 0 spill bytes, no stack frame and shared memory within the limit.
-    report = codegen_cuda.check_cuda_resources(fn, d, dtype, stride, x_align=align, arch=arch)
+    report = codegen_cuda.check_cuda_resources(fn, d, dtype, stride, x_align=align, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
@@ -491,10 +495,26 @@ def test_cuda_compaction_compiles_without_spills(arch):
     from kernels.outlier_detection import cuda
     from testing import codegen_cuda
 
-    source = codegen_cuda.cuda_source(cuda.outlier_compact_tl, arch=arch)
+    source = codegen_cuda.cuda_source(cuda.outlier_compact_tl, arch=arch, pdl=True)
     assert "atomic" not in source.lower(), "the compaction must place ids without atomics"
-    report = codegen_cuda.check_cuda_resources(cuda.outlier_compact_tl, arch=arch)
+    report = codegen_cuda.check_cuda_resources(cuda.outlier_compact_tl, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", ["outlier_rows_tl", "outlier_rows_compact_tl", "outlier_columns_tl", "outlier_compact_tl"])
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access (the arrival counter's atomic included) after the
+    # wait for the grids before; pdl=False emits neither call. The first shipped configuration.
+    from kernels.outlier_detection import cuda
+    from testing import codegen_cuda
+
+    fn = getattr(cuda, factory)
+    if factory == "outlier_compact_tl":
+        codegen_cuda.check_dependent_launch(fn)
+        return
+    d, dtype, stride, align = next(config for f, config in _configs("cuda") if f == factory)
+    codegen_cuda.check_dependent_launch(fn, d, dtype, stride, x_align=align)
 
 
 @pytest.mark.codegen_ascend

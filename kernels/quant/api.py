@@ -31,8 +31,10 @@ out, scale_out  optional caller buffers: contiguous (T, D) / (T, D/2) outputs of
 Dequantised outputs are (T, D) bfloat16 contiguous.
 
 The arithmetic (and NaN / Inf behaviour) is kernels/quant/ref.py's, bit for bit. CUDA tensors run the
-TileLang kernels of the `cuda` backend (no host sync, CUDA-graph capturable); CPU tensors are served
-by the reference. Invalid arguments raise TypeError or ValueError naming the argument before
+TileLang kernels of the `cuda` backend (no host sync, CUDA-graph capturable; on sm_90+ programmatic
+dependent launches, kernels/tl_launch.py: each overlaps the kernel before it in the stream and waits
+on the device for it, so results are those of a plain launch); CPU tensors are served by the
+reference. Invalid arguments raise TypeError or ValueError naming the argument before
 anything is written; T == 0 launches nothing.
 """
 
@@ -51,6 +53,7 @@ from kernels.interface import (
     check_tensor,
     dense_rows,
     is_host,
+    launch_options,
 )
 from kernels.quant import ref
 from kernels.quant.formats import SCALE_LAYOUTS, empty_scales, scale_strides, tma_aligned_rows
@@ -167,7 +170,7 @@ def quant_fp8(
     align = base_alignment(xk, q)
     scale_arg = scale if scale_layout == "row" else _flat_col(scale)
     if token:
-        kernel = tl.ops.quant_fp8_token_tl(d, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align)
+        kernel = tl.ops.quant_fp8_token_tl(d, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align, **launch_options(x))
     else:
         factory = tl.ops.quant_fp8_group_tl
         if t <= DECODE_MAX_ROWS:
@@ -175,7 +178,7 @@ def quant_fp8(
                 factory = tl.ops.quant_fp8_group_decode_tl
             except LookupError:  # a backend without the decode shape serves every batch with one
                 pass
-        kernel = factory(d, group, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align)
+        kernel = factory(d, group, DTYPES[x.dtype], ue8m0, scale_layout, x_stride, x_align=align, **launch_options(x))
     kernel(xk, q, scale_arg)
     return q, scale
 
@@ -204,7 +207,7 @@ def dequant_fp8(
         return y
     tl = backend_ops(name, q)
     scale_arg = scale if layout == "row" else _flat_col(scale)
-    kernel = tl.ops.dequant_fp8_tl(d, group, layout, 1, x_align=base_alignment(q, y))
+    kernel = tl.ops.dequant_fp8_tl(d, group, layout, 1, x_align=base_alignment(q, y), **launch_options(q))
     kernel(q, scale_arg, y)
     return y
 
@@ -238,7 +241,7 @@ def quant_fp8_block(
         return q, scale
     tl = backend_ops(name, w)
     wk, w_stride = dense_rows(w)
-    kernel = tl.ops.quant_fp8_block_tl(k, DTYPES[w.dtype], ue8m0, w_stride, x_align=base_alignment(wk, q))
+    kernel = tl.ops.quant_fp8_block_tl(k, DTYPES[w.dtype], ue8m0, w_stride, x_align=base_alignment(wk, q), **launch_options(w))
     kernel(wk, q, scale)
     return q, scale
 
@@ -263,7 +266,7 @@ def dequant_fp8_block(
         y.copy_(ref.dequant_fp8_block_ref(q, scale, BLOCK))
         return y
     tl = backend_ops(name, q)
-    kernel = tl.ops.dequant_fp8_tl(k, BLOCK, "row", BLOCK, x_align=base_alignment(q, y))
+    kernel = tl.ops.dequant_fp8_tl(k, BLOCK, "row", BLOCK, x_align=base_alignment(q, y), **launch_options(q))
     kernel(q, scale, y)
     return y
 
@@ -322,9 +325,9 @@ def quant_fp4(
     xk, x_stride = dense_rows(x)
     align = base_alignment(xk, packed)
     if nvfp4:
-        tl.ops.quant_fp4_e4m3_tl(d, DTYPES[x.dtype], x_stride, x_align=align)(xk, global_scale, packed, scale)
+        tl.ops.quant_fp4_e4m3_tl(d, DTYPES[x.dtype], x_stride, x_align=align, **launch_options(x))(xk, global_scale, packed, scale)
     else:
-        tl.ops.quant_fp4_ue8m0_tl(d, DTYPES[x.dtype], x_stride, x_align=align)(xk, packed, scale)
+        tl.ops.quant_fp4_ue8m0_tl(d, DTYPES[x.dtype], x_stride, x_align=align, **launch_options(x))(xk, packed, scale)
     return packed, scale
 
 
@@ -360,7 +363,7 @@ def dequant_fp4(
     tl = backend_ops(name, packed)
     align = base_alignment(packed, y)
     if global_scale is not None:
-        tl.ops.dequant_fp4_e4m3_tl(d, x_align=align)(packed, scale, global_scale, y)
+        tl.ops.dequant_fp4_e4m3_tl(d, x_align=align, **launch_options(packed))(packed, scale, global_scale, y)
     else:
-        tl.ops.dequant_fp4_ue8m0_tl(d, x_align=align)(packed, scale, y)
+        tl.ops.dequant_fp4_ue8m0_tl(d, x_align=align, **launch_options(packed))(packed, scale, y)
     return y

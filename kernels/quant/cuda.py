@@ -9,6 +9,8 @@
     dequant_fp8_tl(D, group, scale_layout, row_block, x_align=...)(q, scale, y)
     dequant_fp4_e4m3_tl(D, x_align=...)(packed, scale, global_scale, y)
     dequant_fp4_ue8m0_tl(D, x_align=...)(packed, scale, y)
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 x / w     (t, D) / (n, K) of `dtype` (bfloat16, float16, float32), row stride x_stride / w_stride
           >= D elements, last dimension contiguous.
@@ -62,6 +64,7 @@ import tilelang.language as T
 
 from kernels.quant import tl_formats as F
 from kernels.quant.formats import E2M1_MAX, E4M3_MAX, FP8_GROUPS, SCALE_LAYOUTS, amax_floor
+from kernels.tl_launch import dependent_entry
 from kernels.static_args import next_pow2, row_elements
 
 __all__ = [
@@ -296,19 +299,19 @@ def _check_layout(name: str, layout: str) -> None:
 
 
 @tilelang.jit
-def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+def quant_fp8_group_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(x, q, scale): per-token-group FP8 e4m3 quantisation (group in 16..128)."""
-    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _THREAD_BYTES)
+    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _THREAD_BYTES, pdl)
 
 
 @tilelang.jit
-def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+def quant_fp8_group_decode_tl(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """quant_fp8_group_tl's kernel in the launch shape for decode batches: one 16-byte vector a
     thread, a row spread over several blocks. Same arguments, same results."""
-    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _DECODE_THREAD_BYTES)
+    return _quant_fp8_group_func(D, group, dtype, ue8m0, scale_layout, x_stride, x_align, _DECODE_THREAD_BYTES, pdl)
 
 
-def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, x_align: int, thread_bytes: int):
+def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, x_align: int, thread_bytes: int, pdl: bool):
     """The per-token-group FP8 prim_func both launch shapes compile; thread_bytes: input bytes a
     thread holds in flight."""
     elem = row_elements("quant_fp8_group", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
@@ -329,6 +332,7 @@ def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_lay
         scale: _scale_buffer(scale_layout, t, groups),
     ):
         with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             first = by * (tpr * steps) + lane
@@ -356,7 +360,7 @@ def _quant_fp8_group_func(D: int, group: int, dtype: str, ue8m0: bool, scale_lay
 
 
 @tilelang.jit
-def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16):
+def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(x, q, scale): per-token FP8 e4m3 quantisation (one scale per row)."""
     elem = row_elements("quant_fp8_token", D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
     _check_layout("quant_fp8_token", scale_layout)
@@ -377,6 +381,7 @@ def quant_fp8_token_tl(D: int, dtype: str, ue8m0: bool, scale_layout: str, x_str
         scale: _scale_buffer(scale_layout, t, 1),
     ):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             lane = tx % tpr
             row = T.cast(bx * rows + tx // tpr, "int64")
@@ -464,7 +469,7 @@ def _fp4_factory(name: str, nvfp4: bool):
     group = 16 if nvfp4 else 32
     scale_dtype = FP8 if nvfp4 else "uint8"
 
-    def build(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+    def build(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
         elem = row_elements(name, D, dtype, DTYPES, x_stride, x_align=x_align, align_below_element=True)
         if D % group:
             raise ValueError(f"{name}: D {D} is not a multiple of the group size {group}")
@@ -538,6 +543,7 @@ def _fp4_factory(name: str, nvfp4: bool):
         @T.macro
         def body(x, gs_buf, packed, scale):
             with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads, prelude=F.CUDA_PRELUDE) as (bx, by):
+                dependent_entry(pdl)
                 tx = T.get_thread_binding(0)
                 lane = tx % tpr
                 first = by * (tpr * steps) + lane
@@ -581,9 +587,9 @@ _fp4_ue8m0_body = _fp4_factory("quant_fp4_ue8m0", nvfp4=False)
 
 
 @tilelang.jit
-def quant_fp4_e4m3_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+def quant_fp4_e4m3_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(x, global_scale, packed, scale): NVFP4 (group 16, e4m3 scales, global scale)."""
-    body, t, groups, half_d, scale_dtype = _fp4_e4m3_body(D, dtype, x_stride, x_align=x_align)
+    body, t, groups, half_d, scale_dtype = _fp4_e4m3_body(D, dtype, x_stride, x_align=x_align, pdl=pdl)
 
     @T.prim_func
     def quant_fp4_e4m3(
@@ -598,9 +604,9 @@ def quant_fp4_e4m3_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
 
 
 @tilelang.jit
-def quant_fp4_ue8m0_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
+def quant_fp4_ue8m0_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(x, packed, scale): MX FP4 (group 32, UE8M0 exponent bytes)."""
-    body, t, groups, half_d, scale_dtype = _fp4_ue8m0_body(D, dtype, x_stride, x_align=x_align)
+    body, t, groups, half_d, scale_dtype = _fp4_ue8m0_body(D, dtype, x_stride, x_align=x_align, pdl=pdl)
 
     @T.prim_func
     def quant_fp4_ue8m0(
@@ -614,7 +620,7 @@ def quant_fp4_ue8m0_tl(D: int, dtype: str, x_stride: int, *, x_align: int = 16):
 
 
 @tilelang.jit
-def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_align: int = 16):
+def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(w, q, scale): FP8 e4m3 with one scale per 128 x 128 block of w (n, K).
 
     One 256-thread block per weight block: `lanes` lanes cover the block's 128 columns with one
@@ -637,6 +643,7 @@ def quant_fp8_block_tl(K: int, dtype: str, ue8m0: bool, w_stride: int, *, x_alig
         scale: T.Tensor((T.ceildiv(n, BLOCK), kb), "float32"),
     ):
         with T.Kernel(T.ceildiv(n, BLOCK), kb, threads=_BLOCK_THREADS) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             col = by * BLOCK + (tx % lanes) * vec
             buf = T.alloc_local((passes, vec), dtype)
@@ -684,7 +691,7 @@ def _dequant_config(name: str, D: int, x_align: int, min_chunk: int) -> RowConfi
 
 
 @tilelang.jit
-def dequant_fp8_tl(D: int, group: int, scale_layout: str, row_block: int, *, x_align: int = 16):
+def dequant_fp8_tl(D: int, group: int, scale_layout: str, row_block: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(q, scale, y): y = bf16(fp32(q) * scale), the scale of element (r, c) at
     [r // row_block, c // group] (row_block 1: per-token-group scales; 128 with group 128: the
     128 x 128 block scales of a weight, whose K need not be a multiple of 128)."""
@@ -715,6 +722,7 @@ def dequant_fp8_tl(D: int, group: int, scale_layout: str, row_block: int, *, x_a
         y: T.Tensor((t, D), "bfloat16"),
     ):
         with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             first = by * (tpr * steps) + tx % tpr
             row = T.cast(bx * rows + tx // tpr, "int64")
@@ -738,7 +746,7 @@ def dequant_fp8_tl(D: int, group: int, scale_layout: str, row_block: int, *, x_a
     return dequant_fp8
 
 
-def _dequant_fp4_body(name: str, D: int, x_align: int, nvfp4: bool):
+def _dequant_fp4_body(name: str, D: int, x_align: int, nvfp4: bool, pdl: bool):
     group = 16 if nvfp4 else 32
     if D % group:
         raise ValueError(f"{name}: D {D} is not a multiple of the group size {group}")
@@ -750,6 +758,7 @@ def _dequant_fp4_body(name: str, D: int, x_align: int, nvfp4: bool):
     @T.macro
     def body(packed, scale, gs_buf, y):
         with T.Kernel(T.ceildiv(t, rows), cfg.col_blocks, threads=cfg.threads) as (bx, by):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             first = by * (tpr * steps) + tx % tpr
             row = T.cast(bx * rows + tx // tpr, "int64")
@@ -786,9 +795,9 @@ def _fp4_scaled(byte, odd, sc, gs, nvfp4: bool):
 
 
 @tilelang.jit
-def dequant_fp4_e4m3_tl(D: int, *, x_align: int = 16):
+def dequant_fp4_e4m3_tl(D: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(packed, scale, global_scale, y): NVFP4 -> bf16."""
-    body, t, group = _dequant_fp4_body("dequant_fp4_e4m3", D, x_align, True)
+    body, t, group = _dequant_fp4_body("dequant_fp4_e4m3", D, x_align, True, pdl)
 
     @T.prim_func
     def dequant_fp4_e4m3(
@@ -803,9 +812,9 @@ def dequant_fp4_e4m3_tl(D: int, *, x_align: int = 16):
 
 
 @tilelang.jit
-def dequant_fp4_ue8m0_tl(D: int, *, x_align: int = 16):
+def dequant_fp4_ue8m0_tl(D: int, *, x_align: int = 16, pdl: bool = False):
     """Compiled kernel(packed, scale, y): MX FP4 -> bf16."""
-    body, t, group = _dequant_fp4_body("dequant_fp4_ue8m0", D, x_align, False)
+    body, t, group = _dequant_fp4_body("dequant_fp4_ue8m0", D, x_align, False, pdl)
 
     @T.prim_func
     def dequant_fp4_ue8m0(

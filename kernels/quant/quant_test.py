@@ -755,11 +755,24 @@ def test_cuda_config_compiles_without_spills(arch, case):
 
     name, (*args, align) = case
     fn = getattr(cuda, name)
-    lowered = codegen_cuda.lower_cuda(fn, *args, x_align=align, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(fn, *args, x_align=align, arch=arch, pdl=True)
     assert "int64_t" in lowered.source, "offsets must be 64-bit"
     assert "__fdividef" not in lowered.source and "--use_fast_math" not in lowered.nvcc_flags
     # check_cuda_resources asserts 0 spill bytes, no stack frame and shared memory within the limit.
-    codegen_cuda.check_cuda_resources(fn, *args, x_align=align, arch=arch)
+    codegen_cuda.check_cuda_resources(fn, *args, x_align=align, arch=arch, pdl=True)
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("name", sorted({name for name, _ in _cuda_cases()}))
+def test_cuda_dependent_launch_waits_before_memory(name):
+    # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
+    # emits neither call. One shipped configuration per factory (the first).
+    from kernels.quant import cuda
+    from testing import codegen_cuda
+
+    *args, align = next(args for n, args in _cuda_cases() if n == name)
+    codegen_cuda.check_dependent_launch(getattr(cuda, name), *args, x_align=align)
 
 
 _ALIGNS = (1, 2, 4, 8, 16)

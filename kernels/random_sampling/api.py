@@ -33,8 +33,10 @@ row to finish folds the chunks' winners, with a workspace from the caching alloc
 B * ceil(V / ref.CHUNK) * 8 bytes) and a per-device, per-stream counter array. Batches whose last
 wave of one row an SM is nearly full, and rows of more than MAX_CHUNKS chunks (use_row_kernel),
 take the row kernel, one block a row and no workspace. Tokens are the same either way (the
-contract's). No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one compile
-per kernel, source, dtype and load width. Ascend tensors run one persistent block per vector core
+contract's). On sm_90+ the launch is a programmatic dependent one (kernels/tl_launch.py): it
+overlaps the kernel before it in the stream and waits on the device for it, so results are those
+of a plain launch. No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one
+compile per kernel, source, dtype and load width. Ascend tensors run one persistent block per vector core
 over the rows (kernels/random_sampling/asc.py). CPU tensors are served by the PyTorch reference. Invalid
 arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
 launches nothing.
@@ -66,6 +68,7 @@ from kernels.interface import (
     check_tensor,
     dense_rows,
     is_host,
+    launch_options,
     stream_counters,
 )
 from kernels.random_sampling import ref
@@ -123,9 +126,9 @@ def _sample(name: str, source: str, x, dtypes, seed, offset, temperature, out) -
         shape = (n,)
         temperature = torch.empty(shape, dtype=torch.float32, device=x.device) if source == "probs" else torch.ones(shape, dtype=torch.float32, device=x.device)
     if x.device.type != "cuda" or use_row_kernel(n, x.shape[1], _multiprocessors(x.device)):
-        ops.random_sample_tl(*config)(xk, seed, offset, temperature, token)
+        ops.random_sample_tl(*config, **launch_options(x))(xk, seed, offset, temperature, token)
         return token
-    ops.random_sample_chunked_tl(*config)(xk, seed, offset, temperature, token, *_workspace(n, x.shape[1], x.device))
+    ops.random_sample_chunked_tl(*config, **launch_options(x))(xk, seed, offset, temperature, token, *_workspace(n, x.shape[1], x.device))
     return token
 
 

@@ -5,6 +5,8 @@ counter-based noise, and the noise macros other sampling kernels import.
     k(x, seed, offset, temperature, token, chunk_key, chunk_id, arrivals)
     k = random_sample_tl(source, dtype, vec)            # one block a row, no workspace
     k(x, seed, offset, temperature, token)
+    (each factory also takes pdl=False: True builds a programmatic dependent launch,
+    kernels/tl_launch.py, sm_90+)
 
 source       "probs" or "logits" (what x holds; the rules are in kernels.random_sampling.ref).
 x            (B, V) of `dtype` (probs: float32; logits: float32 or bfloat16), row stride
@@ -77,6 +79,7 @@ from kernels.random_sampling.ref import (
     check_config,
     random_sampling_shipped_configs,
 )
+from kernels.tl_launch import dependent_entry
 
 __all__ = [
     "PASS_CONFIGS",
@@ -241,7 +244,7 @@ def _block_fold(warps, warp, lane, tx, best_key, best_id, other_key, other_id, r
 
 
 @tilelang.jit(pass_configs=PASS_CONFIGS)
-def random_sample_tl(source: str, dtype: str, vec: int):
+def random_sample_tl(source: str, dtype: str, vec: int, *, pdl: bool = False):
     """Compiled kernel(x, seed, offset, temperature, token) for these static arguments (memoised): one
     block of _ROW_THREADS threads a row, no workspace."""
     check_config("random_sample_tl", source, dtype, vec)
@@ -274,6 +277,7 @@ def random_sample_tl(source: str, dtype: str, vec: int):
         token: T.Tensor((B,), "int64"),
     ):
         with T.Kernel(B, threads=_ROW_THREADS) as bx:
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row: every offset into x is 64-bit (B * row_stride may pass 2**31).
@@ -318,7 +322,7 @@ def random_sample_tl(source: str, dtype: str, vec: int):
 
 
 @tilelang.jit(pass_configs=PASS_CONFIGS)
-def random_sample_chunked_tl(source: str, dtype: str, vec: int):
+def random_sample_chunked_tl(source: str, dtype: str, vec: int, *, pdl: bool = False):
     """Compiled kernel(x, seed, offset, temperature, token, chunk_key, chunk_id, arrivals) for these
     static arguments (memoised): one launch, arrivals left zero."""
     check_config("random_sample_chunked_tl", source, dtype, vec)
@@ -365,6 +369,7 @@ def random_sample_chunked_tl(source: str, dtype: str, vec: int):
     ):
         # Rows on the grid's x (up to 2**31 - 1 of them), chunks on y.
         with T.Kernel(B, T.ceildiv(V, CHUNK), threads=_THREADS) as (bx, cx):
+            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
             warp, lane = tx // _WARP, tx % _WARP
             # 64-bit row and record index: every offset into x and the workspace is 64-bit.

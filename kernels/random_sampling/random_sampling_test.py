@@ -464,7 +464,8 @@ def test_cuda_config_compiles_without_spills(arch, config, factory):
     from kernels.random_sampling import cuda
     from testing import codegen_cuda
 
-    lowered = codegen_cuda.lower_cuda(getattr(cuda, factory), *config, arch=arch)
+    # Built as the interface builds it for these archs: a programmatic dependent launch.
+    lowered = codegen_cuda.lower_cuda(getattr(cuda, factory), *config, arch=arch, pdl=True)
     source = lowered.source
     # The keys must be torch's float32 logf bit for bit: the accurate log, never fast math.
     assert "logf(" in source and "__logf" not in source and "__fdividef" not in source
@@ -479,8 +480,19 @@ def test_cuda_config_compiles_without_spills(arch, config, factory):
     vec = config[2]
     if vec * (4 if config[1] == "float32" else 2) == 16:
         assert "float4" in source or "uint4" in source, "16-byte rows must use 16-byte loads"
-    report = codegen_cuda.check_cuda_resources(getattr(cuda, factory), *config, arch=arch)
+    report = codegen_cuda.check_cuda_resources(getattr(cuda, factory), *config, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
+
+
+@pytest.mark.codegen_cuda
+@pytest.mark.parametrize("factory", ["random_sample_chunked_tl", "random_sample_tl"])
+def test_cuda_dependent_launch_waits_before_memory(factory):
+    # pdl=True: nvcc keeps every global access (the arrival counter's atomic included) after the
+    # wait for the grids before; pdl=False emits neither call. The first shipped configuration.
+    from kernels.random_sampling import cuda
+    from testing import codegen_cuda
+
+    codegen_cuda.check_dependent_launch(getattr(cuda, factory), *ref.random_sampling_shipped_configs()[0])
 
 
 @pytest.mark.codegen_cuda
