@@ -51,8 +51,8 @@ CASES = {
     "get_kv_index": ["slots_decode_b1_t1", "slots_decode_b256_t256", "paged_decode_b1_t1", "paged_decode_b64_t64", "append_decode_b1_t1"],
     "quant": ["fp8_t1_d7168_g128", "fp8_t64_d7168_g128", "fp8_t16384_d7168_g128", "fp4_e4m3_t16384_d7168_g16"],
     "outlier_detection": ["rows_t1_d7168_bf16", "rows_t64_d7168_bf16", "rows_t16384_d7168_bf16"],
-    "load_paged_kv_cache": ["bf16_b8_t1024_d576", "bf16_b64_t2048_d576", "fp4_b64_t2048_d576"],
-    "candidate_blocks": ["decode_t1_nb2048_k64", "decode_t64_nb2048_k64", "full_t4096_nb2048_k64"],
+    "load_paged_kv_cache": ["bf16_b1_t4096_d576", "bf16_b8_t1024_d576", "fp4_b8_t1024_d576", "bf16_b64_t2048_d576", "fp4_b64_t2048_d576"],
+    "candidate_blocks": ["decode_t1_nb2048_k64", "decode_t64_nb2048_k64", "prefill_t4096_nb2048_k64", "full_t4096_nb2048_k64"],
     "gather": ["n65536_m1_d7168_bf16_i64", "n65536_m64_d7168_bf16_i64", "n65536_m32768_d4096_bf16_i64"],
     "random_sampling": ["logits_float32_b1_v129280", "logits_bfloat16_b64_v151936"],
 }
