@@ -29,15 +29,14 @@ reduction, then a one-block compaction). The compaction is deterministic either 
 a zero fill and one launch. On sm_90+ every launch is a programmatic dependent one
 (kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
 it, so results are those of a plain launch. No host sync anywhere, so both modes are CUDA-graph
-capturable. A
-captured one-launch call takes zeroed counters that calls outside any capture set aside: before
-capturing, make one such call on the device (of a kernel that keeps counters: this one-launch row
-mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps the counter of the
-stream it was captured on: do not replay it concurrently with another graph captured on that
-stream or with calls on that stream. CPU tensors are served by the PyTorch
-reference. Invalid arguments raise TypeError or ValueError naming the argument before anything is
-written. T == 0 launches no TileLang kernel: absmax, flag and flagged_rows are empty, and count /
-counts are zeroed by a torch fill (zero_) on the caller's current stream.
+capturable. A captured one-launch call takes zeroed counters that calls outside any capture set
+aside: before capturing, make one such call on the device (of a kernel that keeps counters: this
+one-launch row mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps the
+counter of the stream it was captured on: do not replay it concurrently with another graph captured
+on that stream or with calls on that stream. CPU tensors are served by the PyTorch reference.
+Invalid arguments raise TypeError or ValueError naming the argument before anything is written.
+T == 0 launches no TileLang kernel: absmax, flag and flagged_rows are empty, and count / counts are
+zeroed by a torch fill (zero_) on the caller's current stream.
 """
 
 from __future__ import annotations
