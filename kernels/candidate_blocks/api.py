@@ -21,8 +21,7 @@ kernels/candidate_blocks/ref.py, the contract; every backend matches it exactly.
 CUDA tensors run one TileLang kernel launch (no host sync: CUDA-graph capturable): a block per
 query below PAIR_KERNEL_MIN_QUERIES queries, two warps per query from there on (where the backend
 has that kernel; see kernels/candidate_blocks/cuda.py); both give the same ids. On sm_90+ the launch
-is a programmatic dependent one (kernels/tl_launch.py): it overlaps the kernel before it in the
-stream and waits on the device for it, so results are those of a plain launch. k, NB, num_sink and
+is a programmatic dependent one (kernels/tl_launch.py). k, NB, num_sink and
 num_local are compiled in (num_sink and num_local are clamped to NB first: larger values select
 the same blocks). CPU tensors are served by the PyTorch reference. Invalid arguments raise
 TypeError or ValueError naming the argument before anything is written. T == 0 launches nothing.

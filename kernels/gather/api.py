@@ -12,8 +12,8 @@ out    optional (m, D) contiguous tensor of x's dtype on x's device, overlapping
 Returns y (m, D) contiguous.
 
 CUDA tensors run the TileLang kernel of the `cuda` backend (no host sync, CUDA-graph capturable;
-on sm_90+ a programmatic dependent launch, kernels/tl_launch.py: it overlaps the kernel before it
-in the stream and waits on the device for it, so results are those of a plain launch); CPU tensors are served by the PyTorch reference (`kernels.gather.ref`), so code written against this
+on sm_90+ a programmatic dependent launch, kernels/tl_launch.py); CPU tensors are served by the
+PyTorch reference (`kernels.gather.ref`), so code written against this
 interface runs unchanged on a machine without an accelerator. Invalid arguments raise TypeError or
 ValueError naming the argument before anything is written; m == 0 or D == 0 launches nothing.
 """

@@ -39,8 +39,7 @@ CUDA-graph capturable) and sizes out exactly.
 
 CUDA tensors run one TileLang launch of the `cuda` backend, no host sync (except the convenience
 path), so the call is CUDA-graph capturable; on sm_90+ it is a programmatic dependent launch
-(kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
-it, so results are those of a plain launch. CPU tensors are served by the reference. Invalid
+(kernels/tl_launch.py). CPU tensors are served by the reference. Invalid
 arguments raise TypeError or ValueError naming the argument before anything is written. B == 0 or
 num_tokens == 0 launches no kernel: cu_seqlens is computed with torch (zeros for B == 0).
 """

@@ -27,8 +27,7 @@ is one launch: the per-row reduction's blocks count their arrivals in a per-stre
 arrive compacts the flags. Larger batches, and the Ascend backend, take two launches (per-row
 reduction, then a one-block compaction). The compaction is deterministic either way. Column mode is
 a zero fill and one launch. On sm_90+ every launch is a programmatic dependent one
-(kernels/tl_launch.py): it overlaps the kernel before it in the stream and waits on the device for
-it, so results are those of a plain launch. No host sync anywhere, so both modes are CUDA-graph
+(kernels/tl_launch.py). No host sync anywhere, so both modes are CUDA-graph
 capturable. A captured one-launch call takes zeroed counters that calls outside any capture set
 aside: before capturing, make one such call on the device (of a kernel that keeps counters: this
 one-launch row mode or fused_sample; RuntimeError otherwise, nothing written). A graph keeps the
@@ -127,8 +126,8 @@ def detect_outlier_rows(
             factory(*static, x_align=base_alignment(xk), **launch_options(x))(xk, thr, absmax, flag, flagged_rows, count, arrivals)
             return absmax, flag, flagged_rows, count
     # Both kernels are built before the first writes anything.
-    pdl = launch_options(x)
-    rows, compact = tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk), **pdl), tl.ops.outlier_compact_tl(**pdl)
+    options = launch_options(x)
+    rows, compact = tl.ops.outlier_rows_tl(*static, x_align=base_alignment(xk), **options), tl.ops.outlier_compact_tl(**options)
     rows(xk, thr, absmax, flag)
     compact(flag, flagged_rows, count)
     return absmax, flag, flagged_rows, count

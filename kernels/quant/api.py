@@ -32,9 +32,7 @@ Dequantised outputs are (T, D) bfloat16 contiguous.
 
 The arithmetic (and NaN / Inf behaviour) is kernels/quant/ref.py's, bit for bit. CUDA tensors run the
 TileLang kernels of the `cuda` backend (no host sync, CUDA-graph capturable; on sm_90+ programmatic
-dependent launches, kernels/tl_launch.py: each overlaps the kernel before it in the stream and waits
-on the device for it, so results are those of a plain launch); CPU tensors are served by the
-reference. Invalid arguments raise TypeError or ValueError naming the argument before
+dependent launches, kernels/tl_launch.py); CPU tensors are served by the reference. Invalid arguments raise TypeError or ValueError naming the argument before
 anything is written; T == 0 launches nothing.
 """
 

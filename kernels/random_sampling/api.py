@@ -33,9 +33,8 @@ row to finish folds the chunks' winners, with a workspace from the caching alloc
 B * ceil(V / ref.CHUNK) * 8 bytes) and a per-device, per-stream counter array. Batches whose last
 wave of one row an SM is nearly full, and rows of more than MAX_CHUNKS chunks (use_row_kernel),
 take the row kernel, one block a row and no workspace. Tokens are the same either way (the
-contract's). On sm_90+ the launch is a programmatic dependent one (kernels/tl_launch.py): it
-overlaps the kernel before it in the stream and waits on the device for it, so results are those
-of a plain launch. No host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one
+contract's). On sm_90+ the launch is a programmatic dependent one (kernels/tl_launch.py). No
+host sync: CUDA-graph capturable; B, V and the row stride are dynamic, one
 compile per kernel, source, dtype and load width. Ascend tensors run one persistent block per vector core
 over the rows (kernels/random_sampling/asc.py). CPU tensors are served by the PyTorch reference. Invalid
 arguments raise TypeError or ValueError naming the argument before anything is written. B == 0
