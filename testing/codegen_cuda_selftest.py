@@ -116,3 +116,27 @@ def test_find_nvcc_honours_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("TILELANG_OPS_NVCC", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="TILELANG_OPS_NVCC"):
         codegen_cuda.find_nvcc()
+
+
+def _dependent_ptx(*before_wait: str) -> str:
+    """A PDL kernel's PTX shape (nvcc 13.0, sm_90a) with `before_wait` between its two calls."""
+    return "\n".join([
+        ".visible .entry k(", "\t.param .u64 k_param_0", ")", "{",
+        "\tld.param.u64 \t%rd1, [k_param_0];",
+        "\tgriddepcontrol.launch_dependents;",
+        *before_wait,
+        "\tgriddepcontrol.wait;",
+        "\tld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd1];",
+        "\tst.global.v4.u32 \t[%rd1], {%r1, %r2, %r3, %r4};",
+        "\tret;", "}",
+    ])
+
+
+def test_dependent_entry_admits_only_l2_prefetches_before_the_wait():
+    codegen_cuda.assert_dependent_entry(_dependent_ptx())
+    codegen_cuda.assert_dependent_entry(_dependent_ptx("\t@%p1 prefetch.L2 \t[%rd1];", "\tprefetch.global.L2 \t[%rd1];"))
+    for early in ("\tld.global.nc.u32 \t%r9, [%rd1];", "\tprefetch.global.L1 \t[%rd1];", "\t@%p1 prefetch.L1 \t[%rd1];"):
+        with pytest.raises(AssertionError, match="global memory touched before griddepcontrol.wait"):
+            codegen_cuda.assert_dependent_entry(_dependent_ptx(early))
+    with pytest.raises(AssertionError, match="expected one griddepcontrol.wait"):
+        codegen_cuda.assert_dependent_entry(_dependent_ptx().replace("\tgriddepcontrol.wait;\n", ""))

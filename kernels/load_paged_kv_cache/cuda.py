@@ -295,24 +295,28 @@ def load_paged_kv_bf16_tl(H: int, Dh: int, block_size: int, cache_strides: tuple
             lane = tx % tpr
             row_id = T.alloc_shared((cfg.tile_rows,), "int32")
             row_at = T.alloc_shared((cfg.tile_rows,), "int64")
-            buf = T.alloc_local((steps, vec), "bfloat16")
+            buf = T.alloc_local((_PASSES, steps, vec), "bfloat16")
             prologue(seq_lens, seq_starts, block_table, cu_seqlens, bx, tx, row_id, row_at)
+            # Every pass's loads are issued before any store: nvcc may not move a load above a
+            # store to out itself when the pointers are not __restrict__ (the PDL builds').
             for ps in T.unroll(_PASSES):
                 r = ps * rows + tx // tpr
-                # 64-bit block and row ids make every offset below 64-bit.
+                # 64-bit block ids make every offset below 64-bit.
                 blk = T.cast(row_id[r], "int64")
-                off = row_at[r]
-                row = T.cast(bx * cfg.tile_rows + r, "int64")
                 if blk >= 0:
                     for s in T.unroll(steps):
                         if s < full or lane < tail_lanes:
                             for v in T.vectorized(vec):
-                                buf[s, v] = cache[blk, off, head(lane + s * tpr), at(lane + s * tpr) + v]
+                                buf[ps, s, v] = cache[blk, row_at[r], head(lane + s * tpr), at(lane + s * tpr) + v]
+            for ps in T.unroll(_PASSES):
+                r = ps * rows + tx // tpr
+                row = T.cast(bx * cfg.tile_rows + r, "int64")
+                if row_id[r] >= 0:
                     for s in T.unroll(steps):
                         if s < full or lane < tail_lanes:
                             for v in T.vectorized(vec):
-                                out[row, (lane + s * tpr) * vec + v] = buf[s, v]
-                elif blk == -1:
+                                out[row, (lane + s * tpr) * vec + v] = buf[ps, s, v]
+                elif row_id[r] == -1:
                     for s in T.unroll(steps):
                         if s < full or lane < tail_lanes:
                             for v in T.vectorized(vec):

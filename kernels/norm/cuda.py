@@ -51,9 +51,13 @@ fused kernel's first threads prefetch the weight's lines into L2 as x's loads go
 decode sizes it would otherwise be a second DRAM round trip after the reduction. (In the plain
 kernel ptxas issues the prefetch only at the reduction, too late to help; in the fused FP8 kernel
 the gate spills at D 16384 per token on sm_90a, and prefetching in every block costs 2-4% at large
-batches: neither has one; kernels/norm/PERF.md.) The weight is read through the read-only path
+batches: neither has one; kernels/norm/PERF.md.) Built for a programmatic dependent launch
+(pdl=True), every norm kernel issues that prefetch while it waits for the grid before it
+(kernels/tl_launch.py: an L2 hint is the one access allowed there), so the weight's DRAM round
+trip overlaps that grid instead of following x's. The weight is read through the read-only path
 (`__ldg`), which nvcc no longer infers once the weight's address has reached the prefetch's inline
-assembly. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
+assembly, nor in a PDL build (no `__restrict__`): the weight is a model parameter, which no grid
+of a decode chain writes. Short rows put several rows in a block. `__launch_bounds__(threads, 1024 / threads)` caps registers at 64 per
 thread so that about 1024 threads (several rows) are resident per SM.
 
 FP8 output (rmsnorm_fp8_tl, add_rmsnorm_fp8_tl; the section at the end of this file). q (t, D)
@@ -105,7 +109,7 @@ from kernels.quant.tl_formats import (
     widen,
 )
 from kernels.static_args import next_pow2, row_elements
-from kernels.tl_launch import dependent_entry
+from kernels.tl_launch import release_dependents, wait_for_earlier_grids
 
 __all__ = [
     "DTYPES",
@@ -326,8 +330,10 @@ def _weight_prefetch(cfg: NormConfig, D: int):
     """A macro: the block's first threads ask L2 for every line of the weight, one line each.
 
     add_rmsnorm, which reads the weight only after the reduction (registers for it would spill),
-    then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Lines are counted from the weight's first element, so
-    D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the row).
+    then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Every
+    kernel built with pdl=True calls it while it waits for the grid before it. Lines are counted
+    from the weight's first element, so D * elem // 128 + 1 of them cover an unaligned base too (the
+    last offset is clamped into the row).
     """
     elem = cfg.vector_bytes // cfg.vector_elems
     lines = D * elem // _LINE_BYTES + 1
@@ -466,6 +472,7 @@ def rmsnorm_tl(
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -477,8 +484,11 @@ def rmsnorm_tl(
     ):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
-            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
+            release_dependents(pdl)
+            if pdl:
+                prefetch_weight(weight, bx, tx)
+            wait_for_earlier_grids(pdl)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
@@ -522,10 +532,11 @@ def add_rmsnorm_tl(
     ):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
-            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
-            lane = tx % tpr
+            release_dependents(pdl)
             prefetch_weight(weight, bx, tx)
+            wait_for_earlier_grids(pdl)
+            lane = tx % tpr
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), dtype)
             rbuf = T.alloc_local((steps, vec), dtype)
@@ -907,6 +918,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps, fused=residual)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, widen_row, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
+    prefetch_weight = _weight_prefetch(cfg, D)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -921,8 +933,11 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     def body(x, residual, weight, q, scale, y):
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE + CUDA_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
-            dependent_entry(pdl)
             tx = T.get_thread_binding(0)
+            release_dependents(pdl)
+            if pdl:
+                prefetch_weight(weight, bx, tx)
+            wait_for_earlier_grids(pdl)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
