@@ -8,7 +8,9 @@ interfaces' PDL choice (kernels.interface.takes_pdl) forced off and on while the
 testing.timer's CUDA-graph replay over input sets rotated past 2 x L2 (every launch of the graph is
 the same kernel on the next set, as in the bench), median of three alternating rounds. An empty
 TileLang kernel, plain and PDL, gives the floors. Correctness of the PDL launches is the device
-suites' (they run the interfaces, which take PDL on sm_90+); KERNELS=a,b limits the packages."""
+suites' (they run the interfaces, which take PDL on sm_90+); KERNELS=a,b limits the packages,
+CASE_IDS=x,y the cases. Run from another tree's root (python3 PATH/pdl_chain_probe.py), it times that
+tree's kernels."""
 import os
 import sys
 
@@ -86,8 +88,13 @@ def main():
     dev = torch.device("cuda")
     lines = [f"device {torch.cuda.get_device_name()}, timer.empty_kernel_us {timer.empty_kernel_us(dev):.2f} us"]
     only = os.environ.get("KERNELS")
+    only_ids = os.environ.get("CASE_IDS")
     groups = [empty_rows(dev)] + [
-        bench_rows(dev, kernel, case_id) for kernel, ids in CASES.items() if not only or kernel in only.split(",") for case_id in ids
+        bench_rows(dev, kernel, case_id)
+        for kernel, ids in CASES.items()
+        if not only or kernel in only.split(",")
+        for case_id in ids
+        if not only_ids or case_id in only_ids.split(",")
     ]
     time_groups(groups, lines, "pdl_chain.txt", width=52)
 
