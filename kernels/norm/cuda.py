@@ -52,7 +52,7 @@ decode sizes it would otherwise be a second DRAM round trip after the reduction.
 kernel ptxas issues the prefetch only at the reduction, too late to help; in the fused FP8 kernel
 the gate spills at D 16384 per token on sm_90a, and prefetching in every block costs 2-4% at large
 batches: neither has one; kernels/norm/PERF.md.) Built for a programmatic dependent launch
-(pdl=True), every norm kernel issues that prefetch while it waits for the grid before it
+(pdl=True), every norm kernel's block 0 issues that prefetch while it waits for the grid before it
 (kernels/tl_launch.py: an L2 hint is the one access allowed there), so the weight's DRAM round
 trip overlaps that grid instead of following x's. The weight is read through the read-only path
 (`__ldg`), which nvcc no longer infers once the weight's address has reached the prefetch's inline
@@ -319,6 +319,11 @@ _LINE_BYTES = 128
 # slower from 256 rows on, where the first blocks have brought the weight into L2 for the rest and
 # the others' prefetches are only extra requests.
 _PREFETCH_ROWS = 64
+# A PDL build prefetches in block 0 alone, while every block waits for the grid before it: the lines
+# are in L2 long before any block reads the weight. Same-run probe on an H100 (PDL launches, 7168
+# bf16): against the first 64 rows' blocks, add_rmsnorm at 64 rows 3.01 -> 2.99 us, rms_norm 2.54 ->
+# 2.48; against no prefetch, rms_norm 1 row 1.78 -> 1.52, 64 rows 2.41 -> 2.48 (kernels/norm/PERF.md).
+_PDL_PREFETCH_ROWS = 1
 
 
 def _load_nc(cfg: NormConfig, dst, src):
@@ -326,23 +331,24 @@ def _load_nc(cfg: NormConfig, dst, src):
     return T.evaluate(T.call_extern("handle", f"tl_ops_load_nc<{cfg.vector_bytes}>", dst, src))
 
 
-def _weight_prefetch(cfg: NormConfig, D: int):
+def _weight_prefetch(cfg: NormConfig, D: int, first_rows: int):
     """A macro: the block's first threads ask L2 for every line of the weight, one line each.
 
     add_rmsnorm, which reads the weight only after the reduction (registers for it would spill),
     then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Every
-    kernel built with pdl=True calls it while it waits for the grid before it. Lines are counted
-    from the weight's first element, so D * elem // 128 + 1 of them cover an unaligned base too (the
-    last offset is clamped into the row).
+    kernel built with pdl=True calls it while it waits for the grid before it. Only the blocks of
+    the batch's first `first_rows` rows prefetch. Lines are counted from the weight's first element,
+    so D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the
+    row).
     """
     elem = cfg.vector_bytes // cfg.vector_elems
     lines = D * elem // _LINE_BYTES + 1
     rounds = -(-lines // cfg.threads)
-    blocks = -(-_PREFETCH_ROWS // cfg.rows_per_block)
+    blocks = -(-first_rows // cfg.rows_per_block)
 
     @T.macro
     def prefetch_weight(weight, bx, tx):
-        """Only in the blocks of the first _PREFETCH_ROWS rows: later blocks find the weight in L2."""
+        """Only in the blocks of the first `first_rows` rows: later blocks find the weight in L2."""
         for i in T.unroll(rounds):
             if bx < blocks and tx + i * cfg.threads < lines:
                 offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
@@ -472,7 +478,7 @@ def rmsnorm_tl(
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
-    prefetch_weight = _weight_prefetch(cfg, D)
+    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -519,7 +525,7 @@ def add_rmsnorm_tl(
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = add_norm_config(D, dtype, x_stride, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
-    prefetch_weight = _weight_prefetch(cfg, D)
+    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS if pdl else _PREFETCH_ROWS)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -918,7 +924,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps, fused=residual)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, widen_row, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
-    prefetch_weight = _weight_prefetch(cfg, D)
+    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
