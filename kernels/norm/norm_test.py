@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -727,14 +728,18 @@ def test_cuda_config_compiles_without_spills(arch, factory, config):
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("factory", [*FACTORIES, "rmsnorm_fp8_tl", "add_rmsnorm_fp8_tl"])
 def test_cuda_dependent_launch_waits_before_memory(factory):
-    # pdl=True: nvcc keeps every global access (the weight's read-only loads and L2 prefetch
-    # included) after the wait for the grids before; pdl=False emits neither call.
+    # pdl=True: nvcc keeps every global access (the weight's read-only loads included) after the
+    # wait for the grids before, but the weight's L2 prefetch, which is there to overlap them;
+    # pdl=False emits neither call.
     from kernels.norm import cuda
     from testing import codegen_cuda
 
     fn = getattr(cuda, factory)
     args = (7168, "bfloat16", 1e-6, 7168) + ((128,) if "fp8" in factory else ())
     codegen_cuda.check_dependent_launch(fn, *args)
+    lines = [line.strip() for line in codegen_cuda.ptx_text(fn, *args, pdl=True).splitlines()]
+    before_wait = lines[: lines.index("griddepcontrol.wait;")]
+    assert any(re.match(r"(@!?%\w+\s+)?prefetch\.L2", line) for line in before_wait), "no weight prefetch before the wait"
 
 
 @pytest.mark.codegen_cuda
