@@ -254,16 +254,20 @@ _L2_PREFETCH = re.compile(r"^\s*(@!?%\w+\s+)?(prefetch(\.global)?\.L2|cp\.async\
 _PDL_WAIT, _PDL_LAUNCH = "griddepcontrol.wait;", "griddepcontrol.launch_dependents;"
 
 
-def assert_dependent_entry(ptx: str) -> None:
+def assert_dependent_entry(ptx: str) -> list[str]:
     """Asserts a programmatic dependent kernel's PTX (kernels/tl_launch.py): it lets the next grid
     launch and waits for the grids before it, each once, ahead of every instruction that may touch
-    global memory but L2 prefetches (nvcc moved none of them above the wait)."""
+    global memory but L2 prefetches (nvcc moved none of them above the wait). Returns the L2
+    prefetches before the wait."""
     lines = ptx.splitlines()
     waits = [i for i, line in enumerate(lines) if line.strip() == _PDL_WAIT]
     launches = [i for i, line in enumerate(lines) if line.strip() == _PDL_LAUNCH]
     assert len(waits) == 1 and len(launches) == 1, f"expected one {_PDL_WAIT} and one {_PDL_LAUNCH}, got {len(waits)} and {len(launches)}"
-    early = [line.strip() for line in lines[: waits[0]] if _GLOBAL_ACCESS.match(line) and not _L2_PREFETCH.match(line)]
-    assert not early, f"global memory touched before {_PDL_WAIT}: {early}"
+    early = [line.strip() for line in lines[: waits[0]] if _GLOBAL_ACCESS.match(line)]
+    prefetches = [line for line in early if _L2_PREFETCH.match(line)]
+    others = [line for line in early if line not in prefetches]
+    assert not others, f"global memory touched before {_PDL_WAIT}: {others}"
+    return prefetches
 
 
 def assert_plain_launch(source: str) -> None:
@@ -272,11 +276,13 @@ def assert_plain_launch(source: str) -> None:
         assert call not in source, f"{call} in a kernel built without pdl"
 
 
-def check_dependent_launch(factory, *args, **kwargs) -> None:
+def check_dependent_launch(factory, *args, **kwargs) -> list[str]:
     """`factory(*args, **kwargs, pdl=True)` passes assert_dependent_entry (sm_90a PTX) and the
-    pdl=False build passes assert_plain_launch."""
-    assert_dependent_entry(ptx_text(factory, *args, pdl=True, **kwargs))
+    pdl=False build passes assert_plain_launch. Returns the pdl=True build's L2 prefetches before
+    the wait."""
+    prefetches = assert_dependent_entry(ptx_text(factory, *args, pdl=True, **kwargs))
     assert_plain_launch(cuda_source(factory, *args, **kwargs))
+    return prefetches
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

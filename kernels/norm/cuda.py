@@ -331,30 +331,36 @@ def _load_nc(cfg: NormConfig, dst, src):
     return T.evaluate(T.call_extern("handle", f"tl_ops_load_nc<{cfg.vector_bytes}>", dst, src))
 
 
-def _weight_prefetch(cfg: NormConfig, D: int, first_rows: int):
-    """A macro: the block's first threads ask L2 for every line of the weight, one line each.
+def _entry(cfg: NormConfig, D: int, pdl: bool, rows_without_pdl: int):
+    """A macro, the kernel's first statements: kernels/tl_launch.py's dependent entry with the
+    weight's L2 prefetch between its halves (the block's first threads ask L2 for every line of the
+    weight, one line each).
 
-    add_rmsnorm, which reads the weight only after the reduction (registers for it would spill),
-    then finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Every
-    kernel built with pdl=True calls it while it waits for the grid before it. Only the blocks of
-    the batch's first `first_rows` rows prefetch. Lines are counted from the weight's first element,
-    so D * elem // 128 + 1 of them cover an unaligned base too (the last offset is clamped into the
-    row).
+    A kernel that reads the weight only after the reduction (registers for it would spill) then
+    finds it in L2: at decode sizes that takes a DRAM round trip off the critical path. Only the
+    blocks of the batch's first rows prefetch: _PDL_PREFETCH_ROWS when pdl (the prefetch then
+    overlaps the grid before), else `rows_without_pdl` (0: no prefetch). Lines are counted from the
+    weight's first element, so D * elem // 128 + 1 of them cover an unaligned base too (the last
+    offset is clamped into the row).
     """
+    first_rows = _PDL_PREFETCH_ROWS if pdl else rows_without_pdl
     elem = cfg.vector_bytes // cfg.vector_elems
     lines = D * elem // _LINE_BYTES + 1
     rounds = -(-lines // cfg.threads)
     blocks = -(-first_rows // cfg.rows_per_block)
 
     @T.macro
-    def prefetch_weight(weight, bx, tx):
-        """Only in the blocks of the first `first_rows` rows: later blocks find the weight in L2."""
-        for i in T.unroll(rounds):
-            if bx < blocks and tx + i * cfg.threads < lines:
-                offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
-                T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
+    def entry(weight, bx, tx):
+        release_dependents(pdl)
+        if first_rows:
+            # Later blocks find the weight in L2.
+            for i in T.unroll(rounds):
+                if bx < blocks and tx + i * cfg.threads < lines:
+                    offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
+                    T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
+        wait_for_earlier_grids(pdl)
 
-    return prefetch_weight
+    return entry
 
 
 def _kernel_macros(cfg: NormConfig, D: int, dtype: str, eps: float):
@@ -478,7 +484,7 @@ def rmsnorm_tl(
     """Compiled RMSNorm kernel(x, weight, y) for these static arguments (memoised per argument set)."""
     cfg = norm_config(D, dtype, x_stride, x_align, threads, max_steps, residual=False)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
-    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS)
+    entry = _entry(cfg, D, pdl, 0)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -491,10 +497,7 @@ def rmsnorm_tl(
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
-            release_dependents(pdl)
-            if pdl:
-                prefetch_weight(weight, bx, tx)
-            wait_for_earlier_grids(pdl)
+            entry(weight, bx, tx)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")
@@ -525,7 +528,7 @@ def add_rmsnorm_tl(
     """Compiled fused kernel(x, residual, weight, y): residual <- x + residual, y = rmsnorm(residual)."""
     cfg = add_norm_config(D, dtype, x_stride, x_align, threads, max_steps)
     load_row, add_rows, inv_rms, store_scaled = _kernel_macros(cfg, D, dtype, eps)
-    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS if pdl else _PREFETCH_ROWS)
+    entry = _entry(cfg, D, pdl, _PREFETCH_ROWS)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
 
@@ -539,9 +542,7 @@ def add_rmsnorm_tl(
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
-            release_dependents(pdl)
-            prefetch_weight(weight, bx, tx)
-            wait_for_earlier_grids(pdl)
+            entry(weight, bx, tx)
             lane = tx % tpr
             row = T.cast(bx * rows + tx // tpr, "int64")
             buf = T.alloc_local((steps, vec), dtype)
@@ -924,7 +925,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
     cfg, grp = fp8_config(D, dtype, x_stride, group, scale_layout, x_align, threads, max_steps, fused=residual)
     load_row, add_rows, inv_rms, _ = _kernel_macros(cfg, D, dtype, eps)
     load_weight, widen_row, normalise_row, quantise_row = _fp8_macros(cfg, grp, dtype, ue8m0, scale_layout, with_y)
-    prefetch_weight = _weight_prefetch(cfg, D, _PDL_PREFETCH_ROWS)
+    entry = _entry(cfg, D, pdl, 0)
     t = T.dynamic("t")
     tpr, rows, steps, vec = cfg.threads_per_row, cfg.rows_per_block, cfg.steps, cfg.vector_elems
     scale_type = _scale_tensor(scale_layout, t, grp.groups)
@@ -940,10 +941,7 @@ def _fp8_kernel(D, dtype, eps, x_stride, group, ue8m0, scale_layout, with_y, thr
         with T.Kernel(T.ceildiv(t, rows), threads=cfg.threads, prelude=_NORM_PRELUDE + CUDA_PRELUDE) as bx:
             T.annotate_min_blocks_per_sm(cfg.min_blocks_per_sm)
             tx = T.get_thread_binding(0)
-            release_dependents(pdl)
-            if pdl:
-                prefetch_weight(weight, bx, tx)
-            wait_for_earlier_grids(pdl)
+            entry(weight, bx, tx)
             lane = tx % tpr
             # 64-bit row ids make every offset below 64-bit: t * x_stride may pass 2**31.
             row = T.cast(bx * rows + tx // tpr, "int64")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 
 import numpy as np
 import pytest
@@ -736,10 +735,7 @@ def test_cuda_dependent_launch_waits_before_memory(factory):
 
     fn = getattr(cuda, factory)
     args = (7168, "bfloat16", 1e-6, 7168) + ((128,) if "fp8" in factory else ())
-    codegen_cuda.check_dependent_launch(fn, *args)
-    lines = [line.strip() for line in codegen_cuda.ptx_text(fn, *args, pdl=True).splitlines()]
-    before_wait = lines[: lines.index("griddepcontrol.wait;")]
-    assert any(re.match(r"(@!?%\w+\s+)?prefetch\.L2", line) for line in before_wait), "no weight prefetch before the wait"
+    assert codegen_cuda.check_dependent_launch(fn, *args), "no weight prefetch before the wait"
 
 
 @pytest.mark.codegen_cuda
