@@ -429,6 +429,24 @@ def test_graph_launch_count_is_multiple_of_sets(rng):
         assert n == sets or n * est >= 2000.0 or n + sets > max(16384, sets)
 
 
+def test_sample_count_lets_slow_callables_take_fewer_samples(rng):
+    for _ in range(500):
+        sample_us = rng.uniform(1, 2e6)
+        budget_s, cap_s = rng.uniform(0.1, 2), rng.uniform(0.5, 5)
+        lo, hi = rng.randint(5, 20), rng.randint(20, 400)
+        n = timer.sample_count(sample_us, budget_s, lo, hi, cap_s)
+        uncapped = timer.sample_count(sample_us, budget_s, lo, hi)
+        in_budget = min(hi, int(budget_s * 1e6 / sample_us))
+        assert lo <= uncapped <= hi and max(timer.FEWEST_SAMPLES, in_budget) <= n <= uncapped
+        # Fewer only where min_samples would overrun the cap, and then no more than fit the cap or budget.
+        fit = max(timer.FEWEST_SAMPLES, int(cap_s * 1e6 / sample_us), in_budget)
+        assert n == uncapped or (lo * sample_us > cap_s * 1e6 and n == fit)
+    # swa_index's eager peer at B 1: 8192 calls of 80 us a sample, 15 samples -> 5 (3.3 s, not 9.8).
+    assert timer.sample_count(8192 * 80.0, 0.5, 15, 200, 2.0) == timer.FEWEST_SAMPLES
+    # The kernel beside it, 8192 calls of 1.7 us: 35 samples either way.
+    assert timer.sample_count(8192 * 1.7, 0.5, 15, 200, 2.0) == timer.sample_count(8192 * 1.7, 0.5, 15, 200) == 35
+
+
 def test_segment_iterations_excludes_flush():
     rng_ = random.Random(7)
     flush_count, fn_count, n = 1, 3, 25

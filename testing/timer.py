@@ -156,12 +156,25 @@ def graph_launch_count(
     return n_sets * min(rounds, max_rounds)
 
 
-def sample_count(sample_us: float, budget_s: float, min_samples: int, max_samples: int) -> int:
-    """How many samples fit in ``budget_s`` (clamped to [min_samples, max_samples])."""
+# The fewest graph-replay samples a slow callable gets: each already averages L launches.
+FEWEST_SAMPLES = 5
+
+
+def sample_count(
+    sample_us: float, budget_s: float, min_samples: int, max_samples: int, max_total_s: float | None = None
+) -> int:
+    """How many samples fit in ``budget_s`` (clamped to [min_samples, max_samples]).
+
+    With ``max_total_s``, ``min_samples`` gives way, down to :data:`FEWEST_SAMPLES`, where that many
+    samples would take longer than it: a slow peer's graph replays thousands of its calls per sample
+    (as many as the input sets), and 15 of them cost seconds without changing the median.
+    """
     if sample_us <= 0:
         return max_samples
-    n = int(budget_s * 1e6 / sample_us)
-    return max(min_samples, min(max_samples, n))
+    fewest = min_samples
+    if max_total_s is not None:
+        fewest = min(min_samples, max(FEWEST_SAMPLES, int(max_total_s * 1e6 / sample_us)))
+    return max(fewest, min(max_samples, int(budget_s * 1e6 / sample_us)))
 
 
 def segment_iterations(
@@ -287,6 +300,7 @@ def _measure_cuda_graph(
     min_samples: int,
     max_samples: int,
     max_launches: int,
+    max_total_s: float,
 ) -> Timing:
     n_sets = len(fns)
     prev_stream = torch.cuda.current_stream(dev)
@@ -335,7 +349,7 @@ def _measure_cuda_graph(
         probe_e.record()
         probe_e.synchronize()
         replay_us = probe_s.elapsed_time(probe_e) * 1000.0 / 3
-        n = sample_count(replay_us, budget_s, min_samples, max_samples)
+        n = sample_count(replay_us, budget_s, min_samples, max_samples, max_total_s)
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -448,12 +462,15 @@ def measure(
     min_samples: int = 15,
     max_samples: int = 200,
     max_launches: int = 16384,
+    max_total_s: float = 2.0,
 ) -> Timing:
     """Time ``fns`` (one callable per input set, rotated in order).
 
     Returns per-call statistics in microseconds.  ``method`` is
     ``"cuda_graph"`` (rotation through the input sets inside one graph) or
     ``"profiler"`` (CUPTI kernel time with an L2 flush before every call).
+    ``cuda_graph`` takes ``budget_s`` worth of samples, at least ``min_samples`` unless they would
+    take longer than ``max_total_s`` (:func:`sample_count`).
     The callables must only enqueue device work on the current stream; for
     ``"cuda_graph"`` they must be capturable (no host synchronisation).
     Raises :class:`TimerError` when the method cannot be applied.
@@ -474,6 +491,7 @@ def measure(
                 min_samples=min_samples,
                 max_samples=max_samples,
                 max_launches=max_launches,
+                max_total_s=max_total_s,
             )
         return _measure_profiler(
             fn_list,
