@@ -58,10 +58,12 @@ bench() {  # gpu [tree/]kernel[:cases-filter]
     # The bench starts no case it cannot finish 15 s before the cut, so a kernel that does not fit
     # still refreshes the cases it measured (RESULT: INCOMPLETE lists the rest). The cut itself is a
     # backstop: SIGABRT makes faulthandler print where each thread was (a stalled case shows itself).
+    local start=$(date +%s)
     CUDA_VISIBLE_DEVICES=$1 in_tree "$tree" timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $kernel "${filter[@]}" \
       --time-budget $(( left > 30 ? left - 15 : left / 2 )) \
       --refresh-baselines --refresh-memory --json $OUT/bench_$name.json > $OUT/bench_$name.log 2>&1
-    echo "gpu$1 $2: rc $? $(grep -E '^RESULT' $OUT/bench_$name.log)"
+    local rc=$?
+    echo "gpu$1 $2: rc $rc, $(( $(date +%s) - start )) s $(grep -E '^RESULT' $OUT/bench_$name.log)"
 }
 (for k in ${GPU0_KERNELS:-}; do bench 0 $k; done) &
 (for k in ${GPU1_KERNELS:-}; do bench 1 $k; done)
