@@ -3,7 +3,9 @@
     python3 -m testing.device_results /work/.device/1/results.tar /work/.device/2/results.tar
 
 A `tools/gpu/verify.sh` call returns `results.tar` holding one `bench_<entry>.json` per bench process
-(its `--json`), whose records are the cases that process measured. This writes exactly those cases
+(its `--json`), whose records are the cases that process measured; a bench run in a branch's tree
+(`.gpu/trees/TREE`) is `tree_<entry>.json`, read only with `--trees` (a branch's timings belong in
+the baselines once it is merged, not before). This writes exactly those cases
 into `testing/benchmark_baselines/<device>/` and `testing/gpu_mem_profiles/<device>/`, as the bench's
 own `--refresh-baselines --refresh-memory` did on the device, tars in the order given (a later call's
 case wins). Extracting a call's `baselines.tar` instead would put back every other case as that
@@ -23,22 +25,26 @@ from typing import Any
 from testing.benchmark import refresh_profiles
 
 
-def bench_payloads(results_tar: Path | str) -> list[tuple[str, dict[str, Any]]]:
-    """(member name, parsed JSON) of every bench_*.json in a results tar, by member name."""
+def bench_payloads(results_tar: Path | str, trees: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """(member name, parsed JSON) of every bench_*.json in a results tar (and tree_*.json with
+    ``trees``), by member name."""
+    prefixes = ("bench_", "tree_") if trees else ("bench_",)
     out = []
     with tarfile.open(results_tar) as tar:
         for member in sorted(tar.getmembers(), key=lambda m: m.name):
             name = Path(member.name).name
-            if member.isfile() and name.startswith("bench_") and name.endswith(".json"):
+            if member.isfile() and name.startswith(prefixes) and name.endswith(".json"):
                 out.append((member.name, json.load(tar.extractfile(member))))
     return out
 
 
-def merge(results_tars: Sequence[Path | str], baseline_dir: Path | None = None, memory_dir: Path | None = None) -> list[str]:
+def merge(
+    results_tars: Sequence[Path | str], baseline_dir: Path | None = None, memory_dir: Path | None = None, trees: bool = False
+) -> list[str]:
     """Refresh the measured cases of every tar's bench JSONs; one line per bench JSON read."""
     lines = []
     for results in results_tars:
-        for member, payload in bench_payloads(results):
+        for member, payload in bench_payloads(results, trees):
             records = payload.get("records") or []
             good = [r for r in records if not r.get("error")]
             kernels = sorted({r["kernel"] for r in good})
@@ -56,8 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("results", nargs="+", help="results.tar files of tools/gpu/verify.sh calls, oldest first")
     p.add_argument("--baseline-dir", type=Path, default=None, help="override testing/benchmark_baselines")
     p.add_argument("--memory-dir", type=Path, default=None, help="override testing/gpu_mem_profiles")
+    p.add_argument("--trees", action="store_true", help="also fold the benches run in branch trees (tree_*.json)")
     args = p.parse_args(argv)
-    for line in merge(args.results, args.baseline_dir, args.memory_dir):
+    for line in merge(args.results, args.baseline_dir, args.memory_dir, args.trees):
         print(line)
     return 0
 

@@ -22,9 +22,10 @@ def _record(kernel: str, case_id: str, rng: random.Random, **extra) -> dict:
 
 def _results_tar(path, benches: dict[str, list[dict]]) -> None:
     """A results.tar as tools/gpu/verify.sh packs it (members under ./), with a baselines.tar that
-    must not be read."""
+    must not be read. A key with a prefix (tree_...) names the whole file; others are bench_KEY."""
     with tarfile.open(path, "w") as tar:
-        for name, data in [(f"./bench_{k}.json", json.dumps({"device_slug": SLUG, "records": recs}).encode()) for k, recs in benches.items()] + [
+        named = {(k if k.startswith("tree_") else f"bench_{k}"): recs for k, recs in benches.items()}
+        for name, data in [(f"./{k}.json", json.dumps({"device_slug": SLUG, "records": recs}).encode()) for k, recs in named.items()] + [
             ("./baselines.tar", b"not read"),
             ("./bench_x.log", b"RESULT: PASS"),
         ]:
@@ -56,3 +57,17 @@ def test_measured_cases_replace_theirs_and_keep_the_rest(tmp_path):
     profiles = load_jsonl(mem / SLUG / "k.jsonl")
     assert set(profiles) == {"first", "both"}
     assert profiles["both"]["peak_extra_bytes"] == call2["k_c"][0]["peak_extra_bytes"]
+
+
+def test_a_branch_trees_benches_are_folded_only_when_asked(tmp_path):
+    rng = random.Random(torch.initial_seed())
+    main_case, branch_case = _record("k", "c", rng), _record("k", "c", rng)
+    _results_tar(tmp_path / "1.tar", {"k": [main_case], "tree_br_k": [branch_case]})
+
+    lines = device_results.merge([tmp_path / "1.tar"], tmp_path / "base", tmp_path / "mem")
+    assert len(lines) == 1
+    assert load_jsonl(tmp_path / "base" / SLUG / "k.jsonl") == {"c": main_case}, "the branch's timing stays out"
+
+    lines = device_results.merge([tmp_path / "1.tar"], tmp_path / "base", tmp_path / "mem", trees=True)
+    assert len(lines) == 2
+    assert load_jsonl(tmp_path / "base" / SLUG / "k.jsonl") == {"c": branch_case}, "tree_ sorts after bench_: it wins"

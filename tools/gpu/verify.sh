@@ -11,7 +11,8 @@
 # A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run. Back here, fold the
 # measured cases of one or more calls into the tree with
 #   python3 -m testing.device_results CALL1/results.tar CALL2/results.tar
-# (extracting a call's baselines.tar would also put back the cases other calls refreshed).
+# (extracting a call's baselines.tar would also put back the cases other calls refreshed). It folds
+# the checkout's benches (bench_*.json) only; a branch tree's (tree_*.json) with --trees, once merged.
 #
 # Several branches in one call: an entry TREE/KERNEL (tests and benches alike) runs in the source
 # tree .gpu/trees/TREE instead of the checkout. Make each tree here before the call, e.g.
@@ -50,8 +51,10 @@ wait
 echo "tests: $(( $(date +%s) - t0 )) s"
 end=$(( t0 + ${BUDGET:-540} ))
 bench() {  # gpu [tree/]kernel[:cases-filter]
-    local left=$(( end - $(date +%s) )) tree entry=${2#*/} filter=() name=${2//[\/:]/_}
+    local left=$(( end - $(date +%s) )) tree entry=${2#*/} filter=() name=bench_${2//[\/:]/_}
     tree=$(tree_of "$2")
+    # A branch's bench files are tree_*: testing.device_results folds only bench_* unless told.
+    [ "$tree" != . ] && name=tree_${2//[\/:]/_}
     local kernel=${entry%%:*}
     [ "$kernel" != "$entry" ] && filter=(--cases-filter "${entry#*:}")
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
@@ -61,9 +64,9 @@ bench() {  # gpu [tree/]kernel[:cases-filter]
     local start=$(date +%s)
     CUDA_VISIBLE_DEVICES=$1 in_tree "$tree" timeout -s ABRT $left python3 -X faulthandler -m testing.benchmark --kernels $kernel "${filter[@]}" \
       --time-budget $(( left > 30 ? left - 15 : left / 2 )) \
-      --refresh-baselines --refresh-memory --json $OUT/bench_$name.json > $OUT/bench_$name.log 2>&1
+      --refresh-baselines --refresh-memory --json $OUT/$name.json > $OUT/$name.log 2>&1
     local rc=$?
-    echo "gpu$1 $2: rc $rc, $(( $(date +%s) - start )) s $(grep -E '^RESULT' $OUT/bench_$name.log)"
+    echo "gpu$1 $2: rc $rc, $(( $(date +%s) - start )) s $(grep -E '^RESULT' $OUT/$name.log)"
 }
 (for k in ${GPU0_KERNELS:-}; do bench 0 $k; done) &
 (for k in ${GPU1_KERNELS:-}; do bench 1 $k; done)
