@@ -51,10 +51,11 @@ wait
 echo "tests: $(( $(date +%s) - t0 )) s"
 end=$(( t0 + ${BUDGET:-540} ))
 bench() {  # gpu [tree/]kernel[:cases-filter]
-    local left=$(( end - $(date +%s) )) tree entry=${2#*/} filter=() name=bench_${2//[\/:]/_}
+    local left=$(( end - $(date +%s) )) tree entry=${2#*/} filter=() kind=bench name
     tree=$(tree_of "$2")
     # A branch's bench files are tree_*: testing.device_results folds only bench_* unless told.
-    [ "$tree" != . ] && name=tree_${2//[\/:]/_}
+    [ "$tree" != . ] && kind=tree
+    name=${kind}_${2//[\/:]/_}
     local kernel=${entry%%:*}
     [ "$kernel" != "$entry" ] && filter=(--cases-filter "${entry#*:}")
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
