@@ -264,10 +264,9 @@ def assert_dependent_entry(ptx: str) -> list[str]:
     launches = [i for i, line in enumerate(lines) if line.strip() == _PDL_LAUNCH]
     assert len(waits) == 1 and len(launches) == 1, f"expected one {_PDL_WAIT} and one {_PDL_LAUNCH}, got {len(waits)} and {len(launches)}"
     early = [line.strip() for line in lines[: waits[0]] if _GLOBAL_ACCESS.match(line)]
-    prefetches = [line for line in early if _L2_PREFETCH.match(line)]
-    others = [line for line in early if line not in prefetches]
+    others = [line for line in early if not _L2_PREFETCH.match(line)]
     assert not others, f"global memory touched before {_PDL_WAIT}: {others}"
-    return prefetches
+    return [line for line in early if _L2_PREFETCH.match(line)]
 
 
 def assert_plain_launch(source: str) -> None:
