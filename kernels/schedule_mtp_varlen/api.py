@@ -26,8 +26,9 @@ Returns an MtpSchedule (every field int32; exact rules in kernels/schedule_mtp_v
   last_hidden_rows (B,), tile_metadata (num_sm_parts, 8), num_splits (B + 1,).
 
 CUDA tensors run one TileLang kernel launch (no host sync, every size fixed by the arguments:
-CUDA-graph capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests (where the backend has
-it), the block kernel above (see kernels/schedule_mtp_varlen/cuda.py); both give the same schedule.
+CUDA-graph capturable): the warp kernel up to WARP_KERNEL_MAX_BATCH requests, the lane kernel up to
+LANE_KERNEL_MAX_BATCH (where the backend has them), the block kernel above (see
+kernels/schedule_mtp_varlen/cuda.py); all give the same schedule.
 On sm_90+ the launch is a programmatic dependent one (kernels/tl_launch.py): it overlaps the kernel
 before it in the stream and waits on the device for it, so results are those of a plain launch.
 CPU tensors are served by the PyTorch reference. Invalid arguments raise TypeError or ValueError
@@ -51,6 +52,9 @@ OUTPUTS = MtpSchedule._fields
 # faster at every batch it holds in a same-run probe on the H200 (B 1: 2.12 against the block
 # kernel's 4.33 us, B 256: 3.25 against 4.72; PERF.md, "warp kernel").
 WARP_KERNEL_MAX_BATCH = 256
+# Larger batches up to this many take the lane kernel (a thread per request), all it holds
+# (32 x 32 warps); the block kernel the rest.
+LANE_KERNEL_MAX_BATCH = 1024
 
 
 def output_shapes(n_req: int, n_tok: int, parts: int) -> tuple[tuple[int, ...], ...]:
@@ -116,16 +120,24 @@ def schedule_mtp_varlen(
     tl = backend_ops(NAME, seq_lens_before)
     config = (num_draft, block_size, num_sm_parts, INDEX_DTYPES[seq_lens_before.dtype], INDEX_DTYPES[num_accepted.dtype])
     options = launch_options(seq_lens_before)
-    kernel = None
-    if n_req <= WARP_KERNEL_MAX_BATCH:
-        try:
-            factory = tl.ops.schedule_mtp_varlen_warp_tl
-        except LookupError:  # a backend without the warp kernel serves every batch with the other
-            pass
-        else:
-            # The fewest requests per lane that hold the batch: a lane's work grows with them.
-            kernel = factory(*config, next(s for s in ref.WARP_KERNEL_SLOTS if 32 * s >= n_req), **options)
-    if kernel is None:
-        kernel = tl.ops.schedule_mtp_varlen_tl(*config, **options)
-    kernel(seq_lens_before, num_accepted, *outs)
+    _kernel_for(tl, n_req, config, options)(seq_lens_before, num_accepted, *outs)
     return outs
+
+
+def _kernel_for(tl, n_req: int, config: tuple, options: dict):
+    """The first small-batch kernel whose limit holds n_req and that the backend has (compiled at the
+    smallest size holding the batch: a lane's or a block's work grows with it), else the block
+    kernel."""
+    # (batch limit, factory, the sizes it compiles: each holds 32 x size requests), smallest first.
+    small = (
+        (WARP_KERNEL_MAX_BATCH, "schedule_mtp_varlen_warp_tl", ref.WARP_KERNEL_SLOTS),
+        (LANE_KERNEL_MAX_BATCH, "schedule_mtp_varlen_lane_tl", ref.LANE_KERNEL_WARPS),
+    )
+    for limit, name, sizes in small:
+        if n_req <= limit:
+            try:
+                factory = getattr(tl.ops, name)
+            except LookupError:  # a backend without this kernel serves the batch with a later one
+                continue
+            return factory(*config, next(s for s in sizes if 32 * s >= n_req), **options)
+    return tl.ops.schedule_mtp_varlen_tl(*config, **options)

@@ -58,6 +58,7 @@ import tilelang.language as T
 
 from kernels.schedule_mtp_varlen.ref import (
     BACKEND_INDEX_DTYPES as INDEX_DTYPES,
+    LANE_KERNEL_WARPS,
     MAX_BATCH,
     META_FIELDS,
     WARP_KERNEL_SLOTS,
@@ -68,7 +69,15 @@ from kernels.schedule_mtp_varlen.ref import (
 from kernels.tl_launch import dependent_entry
 from kernels.tl_scan import WARP, block_scan_macro
 
-__all__ = ["INDEX_DTYPES", "WARP_KERNEL_SLOTS", "schedule_mtp_varlen_shipped_configs", "schedule_mtp_varlen_tl", "schedule_mtp_varlen_warp_tl"]
+__all__ = [
+    "INDEX_DTYPES",
+    "LANE_KERNEL_WARPS",
+    "WARP_KERNEL_SLOTS",
+    "schedule_mtp_varlen_lane_tl",
+    "schedule_mtp_varlen_shipped_configs",
+    "schedule_mtp_varlen_tl",
+    "schedule_mtp_varlen_warp_tl",
+]
 
 _THREADS = 512
 _WARPS = _THREADS // WARP
@@ -401,3 +410,177 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
                     request_ids[q * run[1] + r * (WARP * warps) + tx] = -1
 
     return schedule_mtp_varlen_warp
+
+
+# The lane kernel (schedule_mtp_varlen_lane_tl): a thread per request, so a warp's chain is one
+# request long at any batch it holds, and the warps meet at two block barriers.
+
+
+@T.macro
+def _warp_scans(incl, which, lane):
+    """incl[c] for c in `which` becomes its sum over this lane and the lower lanes of the warp
+    (inclusive scans, their shuffles interleaved)."""
+    for d in T.unroll(_SHUFFLES):
+        for c in which:
+            up = T.shfl_up(incl[c], 1 << d)
+            if lane >= (1 << d):
+                incl[c] += up
+
+
+@tilelang.jit(pass_configs=_WARP_PASS_CONFIGS)
+def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: int, len_dtype: str, acc_dtype: str, warps: int, *, pdl: bool = False):
+    """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) for batches of
+    1 <= B <= 32 * warps requests, warps one of LANE_KERNEL_WARPS (memoised); pdl as above."""
+    check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
+    if warps not in LANE_KERNEL_WARPS:
+        raise ValueError(f"schedule_mtp_varlen: warps must be one of {LANE_KERNEL_WARPS}, got {warps!r}")
+    q = 1 + num_draft
+    cap = max_context(block_size, num_draft)
+    P = num_sm_parts
+    threads = WARP * warps
+    # A thread takes one part a round; only the warps holding a round's parts search.
+    rounds = -(-P // threads)
+    # Binary search over [0, B - 1], B <= threads, a power of two.
+    steps = threads.bit_length() - 1
+    B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+
+    @T.prim_func
+    def schedule_mtp_varlen_lane(
+        seq_lens_before: T.Tensor((B,), len_dtype),
+        num_accepted: T.Tensor((B,), acc_dtype),
+        new_seq_lens: T.Tensor((B,), "int32"),
+        query_start_loc: T.Tensor((Bp,), "int32"),
+        positions: T.Tensor((n,), "int32"),
+        request_ids: T.Tensor((n,), "int32"),
+        last_hidden_rows: T.Tensor((B,), "int32"),
+        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
+        num_splits: T.Tensor((Bp,), "int32"),
+    ):
+        with T.Kernel(1, threads=threads) as _:
+            dependent_entry(pdl)
+            tx = T.get_thread_binding(0)
+            warp, lane = tx // WARP, tx % WARP
+            lens = T.alloc_local((1,), "int32")  # next length, 0 when inactive
+            blk = T.alloc_local((1,), "int32")  # inclusive block prefix within the warp
+            # Lane w < warps holds warp w's counts (blocks, active requests, aligned starts), then
+            # their inclusive scans over the warps.
+            counts = T.alloc_local((3,), "int32")
+            scans = T.alloc_local((3,), "int32")
+            fr = T.alloc_local((1,), "int32")
+            lr = T.alloc_local((1,), "int32")
+            # starts[b] = the first global block of request b (b = B: the total).
+            starts = T.alloc_shared((threads + 1,), "int32")
+            warp_counts = T.alloc_shared((3, warps), "int32")
+            # Each warp's active requests by rank, and their next lengths: the warp's tokens are
+            # written from them, 32 consecutive tokens a store.
+            active_req = T.alloc_shared((threads,), "int32")
+            active_len = T.alloc_shared((threads,), "int32")
+            lower_lanes = (T.uint32(1) << T.cast(lane, "uint32")) - T.uint32(1)
+
+            # Thread b holds request b; threads past the batch read request B - 1 (B >= 1) and drop
+            # it, so the load sits in no branch.
+            s = T.cast(seq_lens_before[T.min(tx, B - 1)], "int64")
+            a = T.max(T.min(T.cast(num_accepted[T.min(tx, B - 1)], "int64"), num_draft), 0)
+            lens[0] = T.if_then_else(tx < B and s >= 0 and s <= cap, T.cast(s + a + (2 + num_draft), "int32"), 0)
+            # An active request has at least 2 + k tokens, so at least one block.
+            busy = T.cast(T.ballot_sync(lens[0] > 0), "uint32")
+            rank = T.cast(T.popcount(busy & lower_lanes), "int32")
+            blocks = (lens[0] + (block_size - 1)) // block_size
+            blk[0] = blocks
+            _warp_scans(blk, (0,), lane)
+            if lens[0] > 0:
+                active_req[warp * WARP + rank] = tx
+                active_len[warp * WARP + rank] = lens[0]
+            if lane == WARP - 1:
+                warp_counts[0, warp] = blk[0]
+                warp_counts[1, warp] = T.cast(T.popcount(busy), "int32")
+            T.sync_threads()
+
+            # The lower warps' blocks and active requests. B <= 1024 requests of at most
+            # INT32_MAX // MAX_BATCH blocks keep every block index below 2**29 (int32).
+            for c in T.unroll(2):
+                counts[c] = T.if_then_else(lane < warps, warp_counts[c, T.min(lane, warps - 1)], 0)
+                scans[c] = counts[c]
+            _warp_scans(scans, (0, 1), lane)
+            total = T.shfl_sync(scans[0], WARP - 1)
+            active = T.shfl_sync(scans[1], WARP - 1)
+            start = T.shfl_sync(scans[0] - counts[0], warp) + blk[0] - blocks
+            active_below = T.shfl_sync(scans[1] - counts[1], warp) + rank
+            starts[tx + 1] = start + blocks
+            if tx == 0:
+                starts[0] = 0
+            # per_part >= 1 whenever a part owns a block; pp stands in for it in the divisions.
+            per_part = T.truncdiv(total + (P - 1), P)
+            pp = T.max(per_part, 1)
+            # num_splits[b] counts the (request, part) pairs of the requests below b: one per
+            # active request, plus one per part boundary strictly inside one, i.e. the boundaries
+            # in (0, start) less those on an active request's first block (counted by a ballot, then
+            # over the warps).
+            below = T.truncdiv(T.max(start - 1, 0), pp)
+            aligned = T.cast(T.ballot_sync(lens[0] > 0 and start > 0 and start - 1 - below * pp == pp - 1), "uint32")
+            if lane == WARP - 1:
+                warp_counts[2, warp] = T.cast(T.popcount(aligned), "int32")
+            # Also orders `starts` and the active lists before the searches and token writes.
+            T.sync_threads()
+            counts[2] = T.if_then_else(lane < warps, warp_counts[2, T.min(lane, warps - 1)], 0)
+            scans[2] = counts[2]
+            _warp_scans(scans, (2,), lane)
+            aligned_total = T.shfl_sync(scans[2], WARP - 1)
+            aligned_below = T.shfl_sync(scans[2] - counts[2], warp) + T.cast(T.popcount(aligned & lower_lanes), "int32")
+
+            if tx < B:
+                new_seq_lens[tx] = lens[0]
+                query_start_loc[tx] = q * active_below
+                last_hidden_rows[tx] = T.if_then_else(lens[0] > 0, tx * q + T.cast(a, "int32"), -1)
+                num_splits[tx] = active_below + below - aligned_below
+            if tx == 0:
+                query_start_loc[B] = q * active
+                num_splits[B] = active + T.truncdiv(T.max(total - 1, 0), pp) - aligned_total
+            # The warp's tokens, from the first of its active requests on: token g of the run
+            # belongs to its active request g // q.
+            first = q * T.shfl_sync(scans[1] - counts[1], warp)
+            for r in T.unroll(q):
+                g = r * WARP + lane
+                if g < q * T.cast(T.popcount(busy), "int32") and first + g < n:
+                    positions[first + g] = active_len[warp * WARP + g // q] - q + g % q
+                    request_ids[first + g] = active_req[warp * WARP + g // q]
+
+            # Parts: part p owns global blocks [g0, g_last]; its first and last requests by binary
+            # search over `starts`.
+            for r in T.unroll(rounds):
+                if (r * warps + warp) * WARP < P:
+                    p = r * threads + tx
+                    # An unowned part (g0 >= total; p * per_part may pass int32) searches for block 0.
+                    owned = T.cast(p, "int64") * per_part < T.cast(total, "int64")
+                    g0 = T.if_then_else(owned, p * per_part, 0)
+                    g_last = T.if_then_else(owned, T.min(g0 + per_part, total) - 1, 0)
+                    fr[0] = 0
+                    lr[0] = 0
+                    for st in T.unroll(steps):
+                        if fr[0] + (threads >> (st + 1)) <= B - 1:
+                            if starts[fr[0] + (threads >> (st + 1))] <= g0:
+                                fr[0] += threads >> (st + 1)
+                        if lr[0] + (threads >> (st + 1)) <= B - 1:
+                            if starts[lr[0] + (threads >> (st + 1))] <= g_last:
+                                lr[0] += threads >> (st + 1)
+                    if p < P:
+                        if owned:
+                            tile_metadata[p, 0] = fr[0]
+                            tile_metadata[p, 1] = g0 - starts[fr[0]]
+                            tile_metadata[p, 2] = lr[0]
+                            tile_metadata[p, 3] = g_last + 1 - starts[lr[0]]
+                            tile_metadata[p, 4] = p - T.truncdiv(starts[fr[0]], per_part)
+                            # A request is split when it starts before this part or ends after it.
+                            tile_metadata[p, 5] = T.if_then_else(starts[fr[0]] < g0 or starts[fr[0] + 1] - g0 > per_part, 1, 0)
+                            tile_metadata[p, 6] = T.if_then_else(starts[lr[0]] < g0 or starts[lr[0] + 1] - g0 > per_part, 1, 0)
+                            tile_metadata[p, 7] = g_last + 1 - g0
+                        else:
+                            _write_unowned_part(tile_metadata, p)
+
+            # Padding tokens last: a loop whose length depends on the data, off every other chain.
+            for r in T.serial(T.ceildiv(T.max(n - q * active, 0), threads)):
+                if q * active + r * threads + tx < n:
+                    positions[q * active + r * threads + tx] = -1
+                    request_ids[q * active + r * threads + tx] = -1
+
+    return schedule_mtp_varlen_lane

@@ -177,8 +177,9 @@ def test_ref_more_parts_than_blocks():
 
 
 @pytest.mark.ref
-def test_warp_kernel_threshold_within_its_capacity():
+def test_small_batch_thresholds_within_their_kernels_capacity():
     assert 1 <= api.WARP_KERNEL_MAX_BATCH <= 32 * ref.WARP_KERNEL_SLOTS[-1]
+    assert api.WARP_KERNEL_MAX_BATCH < api.LANE_KERNEL_MAX_BATCH <= 32 * ref.LANE_KERNEL_WARPS[-1]
 
 
 @pytest.mark.ref
@@ -264,13 +265,17 @@ def _config_id(config) -> str:
 
 
 # The CUDA kernels: the block kernel, and the warp kernel at every slot count (requests per lane).
-CUDA_KERNELS = [("schedule_mtp_varlen_tl", ())] + [("schedule_mtp_varlen_warp_tl", (s,)) for s in ref.WARP_KERNEL_SLOTS]
+CUDA_KERNELS = (
+    [("schedule_mtp_varlen_tl", ())]
+    + [("schedule_mtp_varlen_warp_tl", (s,)) for s in ref.WARP_KERNEL_SLOTS]
+    + [("schedule_mtp_varlen_lane_tl", (w,)) for w in ref.LANE_KERNEL_WARPS]
+)
 
 
 @pytest.mark.codegen_cuda
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 @pytest.mark.parametrize("config", ref.schedule_mtp_varlen_shipped_configs(), ids=_config_id)
-@pytest.mark.parametrize("kernel", CUDA_KERNELS, ids=lambda k: k[0] + "".join(f"-slots{s}" for s in k[1]))
+@pytest.mark.parametrize("kernel", CUDA_KERNELS, ids=lambda k: k[0] + "".join(f"-{s}" for s in k[1]))
 def test_cuda_config_compiles_without_spills(kernel, arch, config):
     from kernels.schedule_mtp_varlen import cuda
     from testing import codegen_cuda
@@ -280,15 +285,18 @@ def test_cuda_config_compiles_without_spills(kernel, arch, config):
     source = codegen_cuda.cuda_source(factory, *config, *extra, arch=arch, pdl=True)
     # One launch, no atomics: prefixes by fixed-order scans and ballots, parts by search.
     assert "atomic" not in source.lower() and source.count("__global__ void") <= 2
-    if extra:
+    if kernel[0] == "schedule_mtp_varlen_warp_tl":
         # The warp kernel's warps never wait for each other.
         assert "__syncthreads" not in source
+    elif kernel[0] == "schedule_mtp_varlen_lane_tl":
+        # The lane kernel's warps meet twice: for the warps' counts, then their aligned starts.
+        assert source.count("__syncthreads") == 2
     report = codegen_cuda.check_cuda_resources(factory, *config, *extra, arch=arch, pdl=True)
     assert report.spill_store_bytes == report.spill_load_bytes == report.stack_frame_bytes == 0
 
 
 @pytest.mark.codegen_cuda
-@pytest.mark.parametrize("kernel", CUDA_KERNELS[:2], ids=lambda k: k[0])
+@pytest.mark.parametrize("kernel", [CUDA_KERNELS[0], CUDA_KERNELS[1], CUDA_KERNELS[-1]], ids=lambda k: k[0])
 def test_cuda_dependent_launch_waits_before_memory(kernel):
     # pdl=True: nvcc keeps every global access after the wait for the grids before; pdl=False
     # emits neither call.
@@ -300,11 +308,13 @@ def test_cuda_dependent_launch_waits_before_memory(kernel):
 
 
 @pytest.mark.codegen_cuda
-def test_cuda_warp_kernel_rejects_other_slot_counts():
+def test_cuda_small_batch_kernels_reject_other_sizes():
     from kernels.schedule_mtp_varlen import cuda
 
     with pytest.raises(ValueError, match="slots must be one of"):
         cuda.schedule_mtp_varlen_warp_tl(1, 64, 132, "int32", "int32", 3)
+    with pytest.raises(ValueError, match="warps must be one of"):
+        cuda.schedule_mtp_varlen_lane_tl(1, 64, 132, "int32", "int32", 2)
 
 
 @pytest.mark.codegen_cuda
@@ -333,39 +343,49 @@ def test_ascend_config_lowers_and_fits_ub(config):
 # ----------------------------------------------------------------------------------------------------
 # Device: the backend's kernel against the reference, on the accelerator.
 
-# Largest batch of the warp kernel: 32 lanes x the most slots.
+# Largest batch of the warp kernel: 32 lanes x the most slots; of the lane kernel: a thread per
+# request, 32 x the most warps.
 WARP_CAPACITY = 32 * ref.WARP_KERNEL_SLOTS[-1]
+LANE_CAPACITY = 32 * ref.LANE_KERNEL_WARPS[-1]
 
 
-@pytest.fixture(params=["block", "warp"])
+# The batch each small-batch kernel holds: (interface limit, the largest batch), by kernel choice.
+CAPACITY = {"warp": ("WARP_KERNEL_MAX_BATCH", WARP_CAPACITY), "lane": ("LANE_KERNEL_MAX_BATCH", LANE_CAPACITY)}
+
+
+@pytest.fixture(params=["block", "warp", "lane"])
 def kernel_choice(request, monkeypatch):
-    """Runs the test through the interface with each CUDA kernel: the batch-size rule moved so that
-    every batch takes the block kernel, or the warp kernel up to all it holds. Tests over batch sizes
-    take it through with_kernels. Other backends have the block kernel only: their "warp" cases skip,
-    since the interface would serve them with the block kernel."""
-    if request.param == "warp":
-        skip_unless_backend_has("schedule_mtp_varlen_warp_tl")
-    monkeypatch.setattr(api, "WARP_KERNEL_MAX_BATCH", 0 if request.param == "block" else WARP_CAPACITY)
+    """Runs the test through the interface with each CUDA kernel: the batch-size rules moved so that
+    every batch takes the block kernel, or one small-batch kernel up to all it holds. Tests over
+    batch sizes take it through with_kernels. Other backends have the block kernel only: their other
+    cases skip, since the interface would serve them with the block kernel."""
+    if request.param != "block":
+        skip_unless_backend_has(f"schedule_mtp_varlen_{request.param}_tl")
+    for choice, (limit, capacity) in CAPACITY.items():
+        monkeypatch.setattr(api, limit, capacity if choice == request.param else 0)
     return request.param
 
 
 def with_kernels(cases, batch_of, case_id):
-    """(kernel_choice, case) parameters: every case through the block kernel, and through the warp
-    kernel where its batch fits (larger batches are the block kernel's alone, so not generated)."""
+    """(kernel_choice, case) parameters: every case through the block kernel, and through each
+    small-batch kernel where its batch fits (larger batches are the block kernel's alone, so not
+    generated)."""
     return [
         pytest.param(kernel, case, id=f"{kernel}-{case_id(case)}")
         for case in cases
-        for kernel in ("block", "warp")
-        if kernel == "block" or batch_of(case) <= WARP_CAPACITY
+        for kernel in ("block", *CAPACITY)
+        if kernel == "block" or batch_of(case) <= CAPACITY[kernel][1]
     ]
 
 
 # (B, k, block_size, num_sm_parts): decode batches 1 .. 4096. For the warp kernel every slot count
 # (B 1, 2, 31, 32: one; 33, 37, 64: two; 65, 100: four; 129, 255, 256: eight), its capacity and the
-# interface threshold +- 1 (255, 256, 257). For the block kernel every per-thread request count
-# keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last round), 5 (2500) and 8 (4096,
-# the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block sizes, one part,
-# more parts than threads (600, and 1024: the warp kernel's most rounds).
+# interface threshold +- 1 (255, 256, 257). For the lane kernel every warp count (B <= 128: 4;
+# 129 .. 256: 8; 257, 512: 16; 513, 1024: 32) and its capacity + 1 (1025). For the block kernel every
+# per-thread request count keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last
+# round), 5 (2500) and 8 (4096, the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no
+# drafts, odd block sizes, one part, more parts than threads (600, and 1024: the warp kernel's and
+# the lane kernel's most rounds).
 DEVICE_CASES = [
     (1, 1, 64, 132),
     (2, 3, 64, 132),
@@ -381,8 +401,10 @@ DEVICE_CASES = [
     (255, 3, 64, 132),
     (256, 1, 64, 132),
     (257, 3, 64, 132),
+    (512, 0, 48, 600),
     (513, 2, 16, 7),
     (1024, 3, 64, 132),
+    (1025, 1, 64, 132),
     (2500, 3, 64, 132),
     (4096, 1, 64, 132),
 ]
@@ -412,7 +434,7 @@ def test_device_matches_ref(device, kernel_choice, len_dtype, acc_dtype, case):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("kernel_choice,n_req", with_kernels([WARP_CAPACITY, 4096], int, "B{}".format), indirect=["kernel_choice"])
+@pytest.mark.parametrize("kernel_choice,n_req", with_kernels([WARP_CAPACITY, LANE_CAPACITY, 4096], int, "B{}".format), indirect=["kernel_choice"])
 def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
     # Every length at the active limit (a block total just under 2**31 at B = 4096), the same with
     # every third one past it (inactive), then a batch with no active request.
