@@ -1,8 +1,9 @@
 """NVIDIA TileLang implementations of `schedule_mtp_varlen`: the next varlen step's schedule after an
-MTP verification step, and its attention work split, in one launch. Two kernels, one contract:
+MTP verification step, and its attention work split, in one launch. Three kernels, one contract:
 
     k = schedule_mtp_varlen_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, pdl=False)              # any B
     k = schedule_mtp_varlen_warp_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, slots, pdl=False)  # B <= 32 slots
+    k = schedule_mtp_varlen_lane_tl(num_draft, block_size, num_sm_parts, len_dtype, acc_dtype, warps, pdl=False)  # B <= 32 warps
     k(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids,
       last_hidden_rows, tile_metadata, num_splits)
 
@@ -49,6 +50,19 @@ searches (first and last block, log2(32 slots) steps over `starts`) run side by 
 last request is split exactly when it starts before its part or ends after it (no division). The
 -1 padding loop comes last. B <= 256 requests of at most INT32_MAX // MAX_BATCH blocks keep every
 block index below 2**27 (int32); p * per_part is compared in int64.
+
+schedule_mtp_varlen_lane_tl, for batches past the warp kernel (1 <= B <= 32 * warps, warps in
+LANE_KERNEL_WARPS; the interface picks the fewest that hold B, and the kernel by
+api.LANE_KERNEL_MAX_BATCH). The block kernel takes two requests a thread through three block
+scans at B = 1024, and the warp kernel's chain grows with its slots; here thread b holds request b
+alone, so every warp's chain is the warp kernel's at one slot, and the warps meet
+at two block barriers: after the first, lane w of every warp reads warp w's block and active
+counts and one interleaved warp scan gives each warp its offsets and the totals (so per_part); after
+the second, the same for the count of active requests starting on a part boundary (num_splits, as in
+the warp kernel). Each warp lists its active requests by rank in shared memory before the first
+barrier and writes its run of tokens from that list, 32 consecutive tokens a store. Parts: one a
+thread a round, a binary search of log2(32 warps) steps over the shared block prefix, run only by
+the warps holding the round's parts. B <= 1024 keeps every block index below 2**29 (int32).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -87,6 +101,17 @@ _STEPS = 12
 _FIELDS = len(META_FIELDS)
 # Shuffle rounds of an inclusive warp scan: log2(WARP).
 _SHUFFLES = 5
+
+
+@T.macro
+def _warp_scans(incl, which, lane):
+    """incl[c] for c in `which` becomes its sum over this lane and the lower lanes of the warp
+    (inclusive scans, their shuffles interleaved)."""
+    for d in T.unroll(_SHUFFLES):
+        for c in which:
+            up = T.shfl_up(incl[c], 1 << d)
+            if lane >= (1 << d):
+                incl[c] += up
 
 
 @T.macro
@@ -323,11 +348,7 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
             # Block prefix: one warp scan per slot, the slots' shuffles interleaved, then the slots'
             # totals (lane 31) carried over in order. B <= 256 requests of at most
             # INT32_MAX // MAX_BATCH blocks: every block index below fits int32 with room (< 2**27).
-            for d in T.unroll(_SHUFFLES):
-                for i in T.unroll(R):
-                    up = T.shfl_up(incl[i], 1 << d)
-                    if lane >= (1 << d):
-                        incl[i] += up
+            _warp_scans(incl, tuple(range(R)), lane)
             run[0] = 0
             for i in T.unroll(R):
                 start[i] = run[0] + incl[i] - blocks[i]
@@ -414,17 +435,6 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
 
 # The lane kernel (schedule_mtp_varlen_lane_tl): a thread per request, so a warp's chain is one
 # request long at any batch it holds, and the warps meet at two block barriers.
-
-
-@T.macro
-def _warp_scans(incl, which, lane):
-    """incl[c] for c in `which` becomes its sum over this lane and the lower lanes of the warp
-    (inclusive scans, their shuffles interleaved)."""
-    for d in T.unroll(_SHUFFLES):
-        for c in which:
-            up = T.shfl_up(incl[c], 1 << d)
-            if lane >= (1 << d):
-                incl[c] += up
 
 
 @tilelang.jit(pass_configs=_WARP_PASS_CONFIGS)
