@@ -48,12 +48,12 @@ __all__ = ["MtpSchedule", "schedule_mtp_varlen"]
 
 NAME = "schedule_mtp_varlen"
 OUTPUTS = MtpSchedule._fields
-# Batches up to this many requests take the warp kernel, all it holds (32 lanes x 8 slots): it was
-# faster at every batch it holds in a same-run probe on the H200 (B 1: 2.12 against the block
-# kernel's 4.33 us, B 256: 3.25 against 4.72; PERF.md, "warp kernel").
-WARP_KERNEL_MAX_BATCH = 256
-# Larger batches up to this many take the lane kernel (a thread per request), all it holds
-# (32 x 32 warps); the block kernel the rest.
+# Batches up to this many requests take the warp kernel, all it holds (32 lanes x 4 slots), and
+# larger ones up to LANE_KERNEL_MAX_BATCH the lane kernel (a thread per request, all it holds:
+# 32 x 32 warps); the block kernel the rest. Same-run probe on an H100 (PERF.md, "lane kernel"), us,
+# k = 3, block / warp / lane kernel: B 64 3.63 / 1.71 / 2.31, B 128 3.67 / 1.89 / 2.35, B 144
+# 3.73 / 2.51 / 2.18, B 256 4.11 / 2.52 / 2.24, B 1024 10.55 / - / 3.69 (k = 1 alike).
+WARP_KERNEL_MAX_BATCH = 128
 LANE_KERNEL_MAX_BATCH = 1024
 
 

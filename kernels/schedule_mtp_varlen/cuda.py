@@ -48,8 +48,8 @@ parts, at most four: one per SM sub-partition) split only the writes: slot i's r
 i % warps, part p to warp (p // 32) % warps, each lane's parts in unrolled rounds whose two binary
 searches (first and last block, log2(32 slots) steps over `starts`) run side by side. A first or
 last request is split exactly when it starts before its part or ends after it (no division). The
--1 padding loop comes last. B <= 256 requests of at most INT32_MAX // MAX_BATCH blocks keep every
-block index below 2**27 (int32); p * per_part is compared in int64.
+-1 padding loop comes last. B <= 128 requests of at most INT32_MAX // MAX_BATCH blocks keep every
+block index below 2**26 (int32); p * per_part is compared in int64.
 
 schedule_mtp_varlen_lane_tl, for batches past the warp kernel (1 <= B <= 32 * warps, warps in
 LANE_KERNEL_WARPS; the interface picks the fewest that hold B, and the kernel by
@@ -346,8 +346,8 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
                 incl[i] = blocks[i]
 
             # Block prefix: one warp scan per slot, the slots' shuffles interleaved, then the slots'
-            # totals (lane 31) carried over in order. B <= 256 requests of at most
-            # INT32_MAX // MAX_BATCH blocks: every block index below fits int32 with room (< 2**27).
+            # totals (lane 31) carried over in order. B <= 128 requests of at most
+            # INT32_MAX // MAX_BATCH blocks: every block index below fits int32 with room (< 2**26).
             _warp_scans(incl, tuple(range(R)), lane)
             run[0] = 0
             for i in T.unroll(R):

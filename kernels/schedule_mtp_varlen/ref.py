@@ -204,10 +204,10 @@ def schedule_mtp_varlen_ref(
 BACKEND_INDEX_DTYPES = ("int32", "int64")
 # Requests per lane of the NVIDIA warp kernel (cuda.schedule_mtp_varlen_warp_tl, a static argument):
 # it serves batches up to 32 * slots requests; the interface compiles the smallest that holds B.
-WARP_KERNEL_SLOTS = (1, 2, 4, 8)
+WARP_KERNEL_SLOTS = (1, 2, 4)
 # Warps of the NVIDIA lane kernel (cuda.schedule_mtp_varlen_lane_tl, a static argument): a thread per
 # request, so it serves batches up to 32 * warps requests; the interface compiles the fewest that hold B.
-LANE_KERNEL_WARPS = (4, 8, 16, 32)
+LANE_KERNEL_WARPS = (8, 16, 32)
 
 
 def _check_int(name: str, arg: str, value, low: int, high: int) -> None:

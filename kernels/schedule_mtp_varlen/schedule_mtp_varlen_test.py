@@ -379,9 +379,9 @@ def with_kernels(cases, batch_of, case_id):
 
 
 # (B, k, block_size, num_sm_parts): decode batches 1 .. 4096. For the warp kernel every slot count
-# (B 1, 2, 31, 32: one; 33, 37, 64: two; 65, 100: four; 129, 255, 256: eight), its capacity and the
-# interface threshold +- 1 (255, 256, 257). For the lane kernel every warp count (B <= 128: 4;
-# 129 .. 256: 8; 257, 512: 16; 513, 1024: 32) and its capacity + 1 (1025). For the block kernel every
+# (B 1, 2, 31, 32: one; 33, 37, 64: two; 65, 100, 128: four), its capacity and the interface
+# threshold + 1 (129). For the lane kernel every warp count (B <= 256: 8; 257, 512: 16; 513, 1024: 32)
+# and its capacity + 1 (1025). For the block kernel every
 # per-thread request count keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last
 # round), 5 (2500) and 8 (4096, the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no
 # drafts, odd block sizes, one part, more parts than threads (600, and 1024: the warp kernel's and
@@ -397,6 +397,7 @@ DEVICE_CASES = [
     (64, 1, 64, 132),
     (65, 3, 64, 132),
     (100, 3, 1, 1),
+    (128, 3, 64, 132),
     (129, 15, 4096, 33),
     (255, 3, 64, 132),
     (256, 1, 64, 132),
@@ -450,7 +451,7 @@ def test_device_long_contexts_and_all_inactive(device, kernel_choice, n_req):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("n_req,k,block_size,parts", [(1, 3, 64, 132), (32, 1, 64, 132), (33, 1, 4, 7), (256, 3, 64, 132)])
+@pytest.mark.parametrize("n_req,k,block_size,parts", [(1, 3, 64, 132), (32, 1, 64, 132), (33, 1, 4, 7), (128, 3, 64, 132)])
 def test_device_part_boundaries_on_request_starts(device, kernel_choice, n_req, k, block_size, parts):
     # Every request 2 or 4 blocks long, so request starts fall on part boundaries (num_splits counts
     # them apart), and one request holding every block.
@@ -478,7 +479,7 @@ def test_device_cuda_graph_replay(device, backend, kernel_choice):
     # Captured once at fixed sizes, replayed with new contents: every call of a decode step.
     if backend != "cuda":
         pytest.skip("CUDA graphs are a CUDA feature")
-    n_req, k, bs, parts, n_tok = 256, 3, 64, 132, 1100
+    n_req, k, bs, parts, n_tok = 128, 3, 64, 132, 600
     s = torch.zeros(n_req, dtype=torch.int32, device=device)
     a = torch.zeros(n_req, dtype=torch.int32, device=device)
     outs = poisoned_schedule(n_req, n_tok, parts, device)

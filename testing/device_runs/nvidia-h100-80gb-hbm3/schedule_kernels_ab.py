@@ -2,12 +2,13 @@
 (kernels/schedule_mtp_varlen/PERF.md), kept as the record of what ran; no target runs it. Run from a
 source tree's root on a CUDA device, TileLang on the path:
 
-    BATCHES=64,128,256,512,1024 python3 testing/device_runs/schedule_kernels_ab.py
+    BATCHES=64,128,256,512,1024 python3 testing/device_runs/nvidia-h100-80gb-hbm3/schedule_kernels_ab.py
 
 Inputs as the bench's (block size 64, 132 parts, contexts uniform in [0, 8192), num_accepted uniform
 in [0, k], num_tokens = B (1 + k)), k 1 and 3. Each kernel is built as the interface builds it
-(pdl on sm_90+, the smallest slot or warp count holding B; the warp kernel only up to 256) and its
-outputs are checked against ref.py on the first input set (the table marks a MISMATCH); then
+(pdl on sm_90+, the smallest slot or warp count holding B, the warp kernel up to its capacity; the
+recorded run, PERF.md's "lane kernel", still had slots 8 and 4 warps, since dropped) and its outputs
+are checked against ref.py on the first input set (the table marks a MISMATCH); then
 testing.timer (CUDA-graph replay, input sets rotated past 2 x L2, outputs allocated per call),
 median of three alternating rounds, us. The table goes to stdout and $OUT/schedule_ab.txt."""
 import os
