@@ -103,6 +103,28 @@ _FIELDS = len(META_FIELDS)
 _SHUFFLES = 5
 
 
+def _prim_func(name: str, kernel, len_dtype: str, acc_dtype: str, P: int, B, n):
+    """The entry point `name` of a kernel here around its T.macro `kernel`: the inputs, then the
+    MtpSchedule fields, B and num_tokens dynamic (the factory's B and n, which its body reads)."""
+    Bp = T.dynamic("B_plus_1")
+
+    @T.prim_func
+    def schedule_mtp_varlen(
+        seq_lens_before: T.Tensor((B,), len_dtype),
+        num_accepted: T.Tensor((B,), acc_dtype),
+        new_seq_lens: T.Tensor((B,), "int32"),
+        query_start_loc: T.Tensor((Bp,), "int32"),
+        positions: T.Tensor((n,), "int32"),
+        request_ids: T.Tensor((n,), "int32"),
+        last_hidden_rows: T.Tensor((B,), "int32"),
+        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
+        num_splits: T.Tensor((Bp,), "int32"),
+    ):
+        kernel(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids, last_hidden_rows, tile_metadata, num_splits)
+
+    return schedule_mtp_varlen.with_attr("global_symbol", name)
+
+
 @T.macro
 def _warp_scans(incl, which, lane):
     """incl[c] for c in `which` becomes its sum over this lane and the lower lanes of the warp
@@ -133,7 +155,7 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
     cap = max_context(block_size, num_draft)
     P = num_sm_parts
     K = _PER_THREAD
-    B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+    B, n = T.dynamic("B"), T.dynamic("num_tokens")
     keff = (B + (_THREADS - 1)) // _THREADS
     scan_block = block_scan_macro(_WARPS)
 
@@ -147,18 +169,8 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
                 if starts[lo[0] + (MAX_BATCH >> (s + 1))] <= g:
                     lo[0] += MAX_BATCH >> (s + 1)
 
-    @T.prim_func
-    def schedule_mtp_varlen(
-        seq_lens_before: T.Tensor((B,), len_dtype),
-        num_accepted: T.Tensor((B,), acc_dtype),
-        new_seq_lens: T.Tensor((B,), "int32"),
-        query_start_loc: T.Tensor((Bp,), "int32"),
-        positions: T.Tensor((n,), "int32"),
-        request_ids: T.Tensor((n,), "int32"),
-        last_hidden_rows: T.Tensor((B,), "int32"),
-        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
-        num_splits: T.Tensor((Bp,), "int32"),
-    ):
+    @T.macro
+    def kernel(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids, last_hidden_rows, tile_metadata, num_splits):
         with T.Kernel(1, threads=_THREADS) as _:
             dependent_entry(pdl)
             tx = T.get_thread_binding(0)
@@ -266,7 +278,7 @@ def schedule_mtp_varlen_tl(num_draft: int, block_size: int, num_sm_parts: int, l
                     else:
                         _write_unowned_part(tile_metadata, p)
 
-    return schedule_mtp_varlen
+    return _prim_func("schedule_mtp_varlen", kernel, len_dtype, acc_dtype, P, B, n)
 
 
 # The warp kernel (schedule_mtp_varlen_warp_tl). Its request work is per warp, so every warp of the
@@ -294,20 +306,10 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
     rounds = -(-P // (WARP * warps))
     # Binary search over [0, B - 1], B <= 32 * R, a power of two.
     steps = (WARP * R).bit_length() - 1
-    B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+    B, n = T.dynamic("B"), T.dynamic("num_tokens")
 
-    @T.prim_func
-    def schedule_mtp_varlen_warp(
-        seq_lens_before: T.Tensor((B,), len_dtype),
-        num_accepted: T.Tensor((B,), acc_dtype),
-        new_seq_lens: T.Tensor((B,), "int32"),
-        query_start_loc: T.Tensor((Bp,), "int32"),
-        positions: T.Tensor((n,), "int32"),
-        request_ids: T.Tensor((n,), "int32"),
-        last_hidden_rows: T.Tensor((B,), "int32"),
-        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
-        num_splits: T.Tensor((Bp,), "int32"),
-    ):
+    @T.macro
+    def kernel(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids, last_hidden_rows, tile_metadata, num_splits):
         with T.Kernel(1, threads=WARP * warps) as _:
             dependent_entry(pdl)
             tx = T.get_thread_binding(0)
@@ -430,7 +432,7 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
                     positions[q * run[1] + r * (WARP * warps) + tx] = -1
                     request_ids[q * run[1] + r * (WARP * warps) + tx] = -1
 
-    return schedule_mtp_varlen_warp
+    return _prim_func("schedule_mtp_varlen_warp", kernel, len_dtype, acc_dtype, P, B, n)
 
 
 # The lane kernel (schedule_mtp_varlen_lane_tl): a thread per request, so a warp's chain is one
@@ -452,20 +454,10 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
     rounds = -(-P // threads)
     # Binary search over [0, B - 1], B <= threads, a power of two.
     steps = threads.bit_length() - 1
-    B, Bp, n = T.dynamic("B"), T.dynamic("B_plus_1"), T.dynamic("num_tokens")
+    B, n = T.dynamic("B"), T.dynamic("num_tokens")
 
-    @T.prim_func
-    def schedule_mtp_varlen_lane(
-        seq_lens_before: T.Tensor((B,), len_dtype),
-        num_accepted: T.Tensor((B,), acc_dtype),
-        new_seq_lens: T.Tensor((B,), "int32"),
-        query_start_loc: T.Tensor((Bp,), "int32"),
-        positions: T.Tensor((n,), "int32"),
-        request_ids: T.Tensor((n,), "int32"),
-        last_hidden_rows: T.Tensor((B,), "int32"),
-        tile_metadata: T.Tensor((P, _FIELDS), "int32"),
-        num_splits: T.Tensor((Bp,), "int32"),
-    ):
+    @T.macro
+    def kernel(seq_lens_before, num_accepted, new_seq_lens, query_start_loc, positions, request_ids, last_hidden_rows, tile_metadata, num_splits):
         with T.Kernel(1, threads=threads) as _:
             dependent_entry(pdl)
             tx = T.get_thread_binding(0)
@@ -593,4 +585,4 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
                     positions[q * active + r * threads + tx] = -1
                     request_ids[q * active + r * threads + tx] = -1
 
-    return schedule_mtp_varlen_lane
+    return _prim_func("schedule_mtp_varlen_lane", kernel, len_dtype, acc_dtype, P, B, n)
