@@ -264,7 +264,8 @@ def _config_id(config) -> str:
     return "k{}-bs{}-p{}-{}-{}".format(*config)
 
 
-# The CUDA kernels: the block kernel, and the warp kernel at every slot count (requests per lane).
+# The CUDA kernels: the block kernel, the warp kernel at every slot count (requests per lane) and the
+# lane kernel at every warp count.
 CUDA_KERNELS = (
     [("schedule_mtp_varlen_tl", ())]
     + [("schedule_mtp_varlen_warp_tl", (s,)) for s in ref.WARP_KERNEL_SLOTS]
@@ -380,12 +381,11 @@ def with_kernels(cases, batch_of, case_id):
 
 # (B, k, block_size, num_sm_parts): decode batches 1 .. 4096. For the warp kernel every slot count
 # (B 1, 2, 31, 32: one; 33, 37, 64: two; 65, 100, 128: four), its capacity and the interface
-# threshold + 1 (129). For the lane kernel every warp count (B <= 256: 8; 257, 512: 16; 513, 1024: 32)
-# and its capacity + 1 (1025). For the block kernel every
-# per-thread request count keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last
-# round), 5 (2500) and 8 (4096, the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no
-# drafts, odd block sizes, one part, more parts than threads (600, and 1024: the warp kernel's and
-# the lane kernel's most rounds).
+# threshold + 1 (129). For the lane kernel every warp count (B <= 256: 8; 257, 512: 16; 513, 1024:
+# 32) and its capacity + 1 (1025). For the block kernel every per-thread request count
+# keff = ceil(B / 512): 1, 2 (513 and 1024, a partial and a full last round), 5 (2500) and 8 (4096,
+# the largest batch). DeepSeek-V3's k = 1 and 3 on 132 parts, no drafts, odd block sizes, one part,
+# more parts than threads (600, and 1024: the warp kernel's and the lane kernel's most rounds).
 DEVICE_CASES = [
     (1, 1, 64, 132),
     (2, 3, 64, 132),
