@@ -136,6 +136,27 @@ def _warp_scans(incl, which, lane):
                 incl[c] += up
 
 
+def _check_size(arg: str, value: int, allowed: tuple) -> None:
+    """ValueError unless a small-batch kernel's size argument is one it is built for."""
+    if value not in allowed:
+        raise ValueError(f"schedule_mtp_varlen: {arg} must be one of {allowed}, got {value!r}")
+
+
+@T.macro
+def _write_owned_part(tile_metadata, p, first, last, first_start, first_end, last_start, last_end, g0, g_last, per_part):
+    """Part p owns global blocks [g0, g_last] (per_part >= 1): `first` and `last` are the requests
+    of those blocks, [first_start, first_end) and [last_start, last_end) their global blocks."""
+    tile_metadata[p, 0] = first
+    tile_metadata[p, 1] = g0 - first_start
+    tile_metadata[p, 2] = last
+    tile_metadata[p, 3] = g_last + 1 - last_start
+    tile_metadata[p, 4] = p - T.truncdiv(first_start, per_part)
+    # A request is split when it starts before this part or ends after it.
+    tile_metadata[p, 5] = T.if_then_else(first_start < g0 or first_end - g0 > per_part, 1, 0)
+    tile_metadata[p, 6] = T.if_then_else(last_start < g0 or last_end - g0 > per_part, 1, 0)
+    tile_metadata[p, 7] = g_last + 1 - g0
+
+
 @T.macro
 def _write_unowned_part(tile_metadata, p):
     """Part p owns no block: -1 requests, zero offsets, counts and flags."""
@@ -296,8 +317,7 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
     """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) for batches of
     1 <= B <= 32 * slots requests, slots one of WARP_KERNEL_SLOTS (memoised); pdl as above."""
     check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
-    if slots not in WARP_KERNEL_SLOTS:
-        raise ValueError(f"schedule_mtp_varlen: slots must be one of {WARP_KERNEL_SLOTS}, got {slots!r}")
+    _check_size("slots", slots, WARP_KERNEL_SLOTS)
     q = 1 + num_draft
     cap = max_context(block_size, num_draft)
     P, R = num_sm_parts, slots
@@ -414,15 +434,10 @@ def schedule_mtp_varlen_warp_tl(num_draft: int, block_size: int, num_sm_parts: i
                 p = (r * warps + warp) * WARP + lane
                 if p < P:
                     if T.cast(p, "int64") * per_part < T.cast(run[0], "int64"):
-                        tile_metadata[p, 0] = fr[r]
-                        tile_metadata[p, 1] = g0[r] - starts[warp, fr[r]]
-                        tile_metadata[p, 2] = lr[r]
-                        tile_metadata[p, 3] = g_last[r] + 1 - starts[warp, lr[r]]
-                        tile_metadata[p, 4] = p - T.truncdiv(starts[warp, fr[r]], per_part)
-                        # A request is split when it starts before this part or ends after it.
-                        tile_metadata[p, 5] = T.if_then_else(starts[warp, fr[r]] < g0[r] or starts[warp, fr[r] + 1] - g0[r] > per_part, 1, 0)
-                        tile_metadata[p, 6] = T.if_then_else(starts[warp, lr[r]] < g0[r] or starts[warp, lr[r] + 1] - g0[r] > per_part, 1, 0)
-                        tile_metadata[p, 7] = g_last[r] + 1 - g0[r]
+                        _write_owned_part(
+                            tile_metadata, p, fr[r], lr[r], starts[warp, fr[r]], starts[warp, fr[r] + 1],
+                            starts[warp, lr[r]], starts[warp, lr[r] + 1], g0[r], g_last[r], per_part,
+                        )
                     else:
                         _write_unowned_part(tile_metadata, p)
 
@@ -444,8 +459,7 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
     """Compiled kernel(seq_lens_before, num_accepted, *MtpSchedule fields) for batches of
     1 <= B <= 32 * warps requests, warps one of LANE_KERNEL_WARPS (memoised); pdl as above."""
     check_config("schedule_mtp_varlen", num_draft, block_size, num_sm_parts, len_dtype=len_dtype, acc_dtype=acc_dtype)
-    if warps not in LANE_KERNEL_WARPS:
-        raise ValueError(f"schedule_mtp_varlen: warps must be one of {LANE_KERNEL_WARPS}, got {warps!r}")
+    _check_size("warps", warps, LANE_KERNEL_WARPS)
     q = 1 + num_draft
     cap = max_context(block_size, num_draft)
     P = num_sm_parts
@@ -487,6 +501,7 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # An active request has at least 2 + k tokens, so at least one block.
             busy = T.cast(T.ballot_sync(lens[0] > 0), "uint32")
             rank = T.cast(T.popcount(busy & lower_lanes), "int32")
+            warp_active = T.cast(T.popcount(busy), "int32")
             blocks = (lens[0] + (block_size - 1)) // block_size
             blk[0] = blocks
             _warp_scans(blk, (0,), lane)
@@ -495,7 +510,7 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
                 active_len[warp * WARP + rank] = lens[0]
             if lane == WARP - 1:
                 warp_counts[0, warp] = blk[0]
-                warp_counts[1, warp] = T.cast(T.popcount(busy), "int32")
+                warp_counts[1, warp] = warp_active
             T.sync_threads()
 
             # The lower warps' blocks and active requests. B <= 1024 requests of at most
@@ -507,7 +522,9 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             total = T.shfl_sync(scans[0], WARP - 1)
             active = T.shfl_sync(scans[1], WARP - 1)
             start = T.shfl_sync(scans[0] - counts[0], warp) + blk[0] - blocks
-            active_below = T.shfl_sync(scans[1] - counts[1], warp) + rank
+            # The active requests of the lower warps: this warp's first token is q times that.
+            active_before = T.shfl_sync(scans[1] - counts[1], warp)
+            active_below = active_before + rank
             starts[tx + 1] = start + blocks
             if tx == 0:
                 starts[0] = 0
@@ -540,10 +557,10 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
                 num_splits[B] = active + T.truncdiv(T.max(total - 1, 0), pp) - aligned_total
             # The warp's tokens, from the first of its active requests on: token g of the run
             # belongs to its active request g // q.
-            first = q * T.shfl_sync(scans[1] - counts[1], warp)
+            first = q * active_before
             for r in T.unroll(q):
                 g = r * WARP + lane
-                if g < q * T.cast(T.popcount(busy), "int32") and first + g < n:
+                if g < q * warp_active and first + g < n:
                     positions[first + g] = active_len[warp * WARP + g // q] - q + g % q
                     request_ids[first + g] = active_req[warp * WARP + g // q]
 
@@ -567,15 +584,9 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
                                 lr[0] += threads >> (st + 1)
                     if p < P:
                         if owned:
-                            tile_metadata[p, 0] = fr[0]
-                            tile_metadata[p, 1] = g0 - starts[fr[0]]
-                            tile_metadata[p, 2] = lr[0]
-                            tile_metadata[p, 3] = g_last + 1 - starts[lr[0]]
-                            tile_metadata[p, 4] = p - T.truncdiv(starts[fr[0]], per_part)
-                            # A request is split when it starts before this part or ends after it.
-                            tile_metadata[p, 5] = T.if_then_else(starts[fr[0]] < g0 or starts[fr[0] + 1] - g0 > per_part, 1, 0)
-                            tile_metadata[p, 6] = T.if_then_else(starts[lr[0]] < g0 or starts[lr[0] + 1] - g0 > per_part, 1, 0)
-                            tile_metadata[p, 7] = g_last + 1 - g0
+                            _write_owned_part(
+                                tile_metadata, p, fr[0], lr[0], starts[fr[0]], starts[fr[0] + 1], starts[lr[0]], starts[lr[0] + 1], g0, g_last, per_part
+                            )
                         else:
                             _write_unowned_part(tile_metadata, p)
 
