@@ -10,6 +10,14 @@ api, ``Workload.peers`` are the comparison points (``torch_eager``,
 The timer rotates through enough input sets that L2 never serves the inputs
 (``cuda_graph`` method) or flushes L2 before every call (``profiler``).
 
+Every case with ``bytes_moved > 0`` also gets the peer ``same_bytes_copy``
+from the runner (:func:`testing.timer.same_bytes_copy`): an SM copy that reads
+and writes as many bytes in all, timed the same way.  It is the floor of a
+kernel that moves those bytes, launch and DRAM round trip included, so
+``xsame_bytes_copy`` (copy us / kernel us) judges decode-size cases, which
+an empty kernel's time and the copy ceiling cannot: a 14 KB row already
+costs 1.5x an empty kernel (testing/device_runs/nvidia-h200/decode_floor.md).
+
 Output policy: a kernel and its peers get the same one.  The peers return
 new tensors, so the kernel's call allocates its outputs too (no ``out=``);
 inside the timer's CUDA graph both land in one recycled block per call site,
@@ -101,6 +109,9 @@ MISSING_MODES = ("report", "fail")
 
 BASELINES_DIRNAME = "benchmark_baselines"
 MEM_PROFILES_DIRNAME = "gpu_mem_profiles"
+
+# The peer every case gets from the runner: an SM copy moving the case's bytes (timer.same_bytes_copy).
+SAME_BYTES_COPY = "same_bytes_copy"
 
 # Verdict statuses.
 PASS = "PASS"
@@ -724,8 +735,13 @@ def measure_case(
         _cleanup()
         return record
 
-    for name in workloads[0].peers:
-        pfns = [w.peers[name] for w in workloads]
+    peers = {name: [w.peers[name] for w in workloads] for name in workloads[0].peers}
+    if case.bytes_moved > 0:
+        try:
+            peers[SAME_BYTES_COPY] = _timer.same_bytes_copy(device, case.bytes_moved, l2)
+        except Exception as exc:  # out of memory beside the case's input sets: the case still counts
+            record["peers"][SAME_BYTES_COPY] = {"skipped": f"could not be built: {_short_error(exc)}"}
+    for name, pfns in peers.items():
         try:
             pfns[0]()  # compile (torch.compile) / warm-up
             torch.cuda.synchronize(device)
@@ -743,7 +759,7 @@ def measure_case(
             entry["note"] = note
             record["notes"].append(f"{name}: {note}")
         record["peers"][name] = entry
-    del workloads
+    del workloads, peers
     _cleanup()
     return record
 
@@ -1056,7 +1072,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "inject_extra_pass": args.inject_extra_pass,
             "repeat_runs": args.repeat_runs,
             "records": records,
-            "runs": runs if args.repeat_runs > 1 else None,
             "reports": [rep.to_dict() for rep in reports],
             "spreads": spreads,
             "geomean": summary_row(records),

@@ -609,6 +609,8 @@ class _FakeDevice:
         monkeypatch.setattr(timer, "empty_kernel_us", lambda d=None, method="cuda_graph": 2.0)
         monkeypatch.setattr(timer, "l2_cache_bytes", lambda d=None: 50 * MIB)
         monkeypatch.setattr(timer, "measure", self.measure)
+        # The runner's same-bytes copy costs half a case's kernel (bytes_moved = 4e6 x its us).
+        monkeypatch.setattr(timer, "same_bytes_copy", lambda d, nbytes, l2: [self.call(nbytes / 8e6, 0)])
         monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
 
     @staticmethod
@@ -623,23 +625,23 @@ class _FakeDevice:
         base = fns[0]()
         return self._t(base * self.calls, method)
 
+    def call(self, cost: float, peak: int):
+        def fn():
+            self.calls += 1
+            self.peak = peak
+            return cost
+
+        return fn
+
     def case(self, case_id: str, base_us: float, peak: int, peers: dict[str, float | None]) -> bm.BenchCase:
         def make(device, k):
-            def call(cost):
-                def fn():
-                    self.calls += 1
-                    self.peak = peak
-                    return cost
-
-                return fn
-
             def broken():
                 raise RuntimeError("torch.compile could not trace\nlong traceback")
 
             pf = {}
             for name, cost in peers.items():
-                pf[name] = broken if cost is None else call(cost)
-            return bm.Workload(fn=call(base_us), peers=pf)
+                pf[name] = broken if cost is None else self.call(cost, peak)
+            return bm.Workload(fn=self.call(base_us, peak), peers=pf)
 
         return bm.BenchCase("fake", case_id, {"base": base_us}, bytes_moved=int(base_us * 4e6), make=make)
 
@@ -670,15 +672,22 @@ def test_cli_end_to_end_with_a_fake_device(tmp_path, monkeypatch, capsys):
     assert base["big"]["peers"]["torch_compile"]["skipped"].startswith("failed to run: RuntimeError: torch.compile could not trace")
     assert math.isclose(base["small"]["bandwidth_gbs"], 8.0 * 4e6 / 8.0 / 1e3)
     assert math.isclose(base["small"]["pct_ceiling"], 100 * base["small"]["bandwidth_gbs"] / 4000.0)
+    assert math.isclose(base["big"]["peers"][bm.SAME_BYTES_COPY]["time_us"], 100.0)
+    assert math.isclose(base["small"]["peers"][bm.SAME_BYTES_COPY]["bandwidth_gbs"], 2 * base["small"]["bandwidth_gbs"])
     payload = json.loads(out_json.read_text())
     assert payload["exit_status"] == 0 and payload["device_slug"] == "nvidia-h200" and len(payload["records"]) == 2
     assert math.isclose(payload["geomean"]["time_us"], statistics.geometric_mean([200.0, 8.0]), rel_tol=1e-9)
     capsys.readouterr()
 
-    # 3. same numbers: pass; the table has peers side by side and the geomean row.
-    assert bm.main(["--kernels", "fake", "--repeat-runs", "2", *dirs]) == 0
+    # 3. same numbers: pass; the table has peers side by side (the same-bytes copy last) and the
+    # geomean row; two runs' records keep both times.
+    assert bm.main(["--kernels", "fake", "--repeat-runs", "2", "--json", str(out_json), *dirs]) == 0
     text = capsys.readouterr().out
     assert "RESULT: PASS" in text and "geomean" in text and "1.50x" in text and "run-to-run spread" in text
+    header = next(line for line in text.splitlines() if line.startswith("case "))
+    assert header.index("torch_compile us") < header.index("same_bytes_copy us") and "xsame_bytes_copy" in header
+    assert "0.50x" in text
+    assert [r["run_times_us"] for r in json.loads(out_json.read_text())["records"]] == [[200.0, 200.0], [8.0, 8.0]]
 
     # 4. the gate's self-check: every call run twice is flagged (both cases exceed 3 us delta).
     assert bm.main(["--kernels", "fake", "--inject-extra-pass", *dirs]) == 1
@@ -777,6 +786,20 @@ def test_baseline_of_another_method_counts_as_missing():
     base["k/a"]["method"] = "profiler"
     (rep,) = bm.evaluate([rec], base, {"k/a": {"peak_extra_bytes": 0}}, bm.GateSettings())
     assert rep.time_verdict.status == bm.REGRESSION
+
+
+def test_same_bytes_copy_moves_the_bytes_it_is_given_from_rotated_sources(rng):
+    l2 = rng.randint(1, 63) * 1024
+    for nbytes in (1, 31, 32, 33, rng.randint(34, 10**6)):
+        fns = timer.same_bytes_copy(torch.device("cpu"), nbytes, l2)
+        half = max(16, -(-nbytes // 32) * 16)
+        assert len(fns) == timer.sets_for_rotation(half, l2) and len(fns) * half >= min(2 * l2, 8192 * half)
+        outs = [fn() for fn in fns]
+        sources = {fn.__defaults__[0].data_ptr() for fn in fns}
+        assert len(sources) == len(fns)
+        for fn, out in zip(fns, outs):
+            assert out.nbytes == half and 2 * half >= nbytes and (2 * half - nbytes < 32 or half == 16)
+            assert torch.equal(out, ~fn.__defaults__[0])
 
 
 def test_progress_line_reports_time_bandwidth_peers_and_errors(rng):

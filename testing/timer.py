@@ -551,6 +551,22 @@ def copy_ceiling(device: Any = None, nbytes: int = 2 * 1024**3, method: str = "c
     return copy_ceiling_timing(device, nbytes, method)[0]
 
 
+def same_bytes_copy(device: Any, nbytes: int, l2_bytes: int) -> list[Callable[[], Any]]:
+    """One call per input set of an SM copy that moves ``nbytes`` in all: it reads half of them and
+    writes the other half (each half rounded up to 16 bytes), like the ceiling's ``sm_copy_kernel``
+    and under a case's output policy (each call allocates its output).
+
+    Timed like a case, it is the least a kernel with that much DRAM traffic costs under the same
+    timer, its launch and its first DRAM round trip included: the floor that a decode-size kernel,
+    whose bytes are too few for the copy ceiling to mean anything, is judged against. The sources
+    rotate past ``2 x l2_bytes`` as a case's input sets do.
+    """
+    half = max(16, -(-int(nbytes) // 32) * 16)
+    sets = sets_for_rotation(half, l2_bytes)
+    pool = torch.randint(-(2**31), 2**31 - 1, (sets, half // 4), dtype=torch.int32, device=device)
+    return [lambda src=src: torch.bitwise_not(src) for src in pool]
+
+
 def empty_kernel_us(device: Any = None, method: str = "cuda_graph") -> float:
     """Time of a tiny kernel (1-element in-place add) per launch, in us.
 
