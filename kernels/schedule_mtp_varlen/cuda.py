@@ -81,6 +81,7 @@ from kernels.schedule_mtp_varlen.ref import (
     schedule_mtp_varlen_shipped_configs,
 )
 from kernels.tl_launch import dependent_entry
+from kernels.tl_ptx import warp_sum
 from kernels.tl_scan import WARP, block_scan_macro
 
 __all__ = [
@@ -478,10 +479,8 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             warp, lane = tx // WARP, tx % WARP
             lens = T.alloc_local((1,), "int32")  # next length, 0 when inactive
             blk = T.alloc_local((1,), "int32")  # inclusive block prefix within the warp
-            # Lane w < warps holds warp w's counts (blocks, active requests, aligned starts), then
-            # their inclusive scans over the warps.
+            # Lane w < warps holds warp w's counts (blocks, active requests, aligned starts).
             counts = T.alloc_local((3,), "int32")
-            scans = T.alloc_local((3,), "int32")
             fr = T.alloc_local((1,), "int32")
             lr = T.alloc_local((1,), "int32")
             # starts[b] = the first global block of request b (b = B: the total).
@@ -517,13 +516,11 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # INT32_MAX // MAX_BATCH blocks keep every block index below 2**29 (int32).
             for c in T.unroll(2):
                 counts[c] = T.if_then_else(lane < warps, warp_counts[c, T.min(lane, warps - 1)], 0)
-                scans[c] = counts[c]
-            _warp_scans(scans, (0, 1), lane)
-            total = T.shfl_sync(scans[0], WARP - 1)
-            active = T.shfl_sync(scans[1], WARP - 1)
-            start = T.shfl_sync(scans[0] - counts[0], warp) + blk[0] - blocks
+            total = warp_sum(counts[0])
+            active = warp_sum(counts[1])
+            start = warp_sum(T.if_then_else(lane < warp, counts[0], 0)) + blk[0] - blocks
             # The active requests of the lower warps: this warp's first token is q times that.
-            active_before = T.shfl_sync(scans[1] - counts[1], warp)
+            active_before = warp_sum(T.if_then_else(lane < warp, counts[1], 0))
             active_below = active_before + rank
             starts[tx + 1] = start + blocks
             if tx == 0:
@@ -542,10 +539,8 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # Also orders `starts` and the active lists before the searches and token writes.
             T.sync_threads()
             counts[2] = T.if_then_else(lane < warps, warp_counts[2, T.min(lane, warps - 1)], 0)
-            scans[2] = counts[2]
-            _warp_scans(scans, (2,), lane)
-            aligned_total = T.shfl_sync(scans[2], WARP - 1)
-            aligned_below = T.shfl_sync(scans[2] - counts[2], warp) + T.cast(T.popcount(aligned & lower_lanes), "int32")
+            aligned_total = warp_sum(counts[2])
+            aligned_below = warp_sum(T.if_then_else(lane < warp, counts[2], 0)) + T.cast(T.popcount(aligned & lower_lanes), "int32")
 
             if tx < B:
                 new_seq_lens[tx] = lens[0]
