@@ -31,3 +31,10 @@ def ex2_ftz(x):
     that exp2f's ex2.approx.f32 also takes, but with a subnormal input or result flushed to zero,
     which saves the four or so instructions exp2f spends to keep them. -inf gives 0, NaN gives NaN."""
     return T.call_extern("float32", _EX2_FTZ, x)
+
+
+def warp_sum(x):
+    """The int32 x summed over the 32 lanes of the warp, in every lane: one redux.sync.add.s32
+    (CUDA's __reduce_add_sync over the full warp, sm_80 and later; every lane must execute it). An
+    integer sum is exact in any order, so it stands in for a scan where only a total is needed."""
+    return T.call_extern("int32", "__reduce_add_sync", T.uint32(0xFFFFFFFF), x)

@@ -57,9 +57,9 @@ api.LANE_KERNEL_MAX_BATCH). The block kernel takes two requests a thread through
 scans at B = 1024, and the warp kernel's chain grows with its slots; here thread b holds request b
 alone, so every warp's chain is the warp kernel's at one slot, and the warps meet
 at two block barriers: after the first, lane w of every warp reads warp w's block and active
-counts and one interleaved warp scan gives each warp its offsets and the totals (so per_part); after
-the second, the same for the count of active requests starting on a part boundary (num_splits, as in
-the warp kernel). Each warp lists its active requests by rank in shared memory before the first
+counts, and warp sums (one redux.sync each: over the lanes below the warp's index for its offsets,
+over all lanes for the totals, so per_part) replace a scan; after the second, the same for the count
+of active requests starting on a part boundary (num_splits, as in the warp kernel). Each warp lists its active requests by rank in shared memory before the first
 barrier and writes its run of tokens from that list, 32 consecutive tokens a store. Parts: one a
 thread a round, a binary search of log2(32 warps) steps over the shared block prefix, run only by
 the warps holding the round's parts. B <= 1024 keeps every block index below 2**29 (int32).
@@ -81,6 +81,7 @@ from kernels.schedule_mtp_varlen.ref import (
     schedule_mtp_varlen_shipped_configs,
 )
 from kernels.tl_launch import dependent_entry
+from kernels.tl_ptx import warp_sum
 from kernels.tl_scan import WARP, block_scan_macro
 
 __all__ = [
@@ -478,10 +479,8 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             warp, lane = tx // WARP, tx % WARP
             lens = T.alloc_local((1,), "int32")  # next length, 0 when inactive
             blk = T.alloc_local((1,), "int32")  # inclusive block prefix within the warp
-            # Lane w < warps holds warp w's counts (blocks, active requests, aligned starts), then
-            # their inclusive scans over the warps.
+            # Lane w < warps holds warp w's counts (blocks, active requests, aligned starts).
             counts = T.alloc_local((3,), "int32")
-            scans = T.alloc_local((3,), "int32")
             fr = T.alloc_local((1,), "int32")
             lr = T.alloc_local((1,), "int32")
             # starts[b] = the first global block of request b (b = B: the total).
@@ -517,13 +516,11 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # INT32_MAX // MAX_BATCH blocks keep every block index below 2**29 (int32).
             for c in T.unroll(2):
                 counts[c] = T.if_then_else(lane < warps, warp_counts[c, T.min(lane, warps - 1)], 0)
-                scans[c] = counts[c]
-            _warp_scans(scans, (0, 1), lane)
-            total = T.shfl_sync(scans[0], WARP - 1)
-            active = T.shfl_sync(scans[1], WARP - 1)
-            start = T.shfl_sync(scans[0] - counts[0], warp) + blk[0] - blocks
+            total = warp_sum(counts[0])
+            active = warp_sum(counts[1])
+            start = warp_sum(T.if_then_else(lane < warp, counts[0], 0)) + blk[0] - blocks
             # The active requests of the lower warps: this warp's first token is q times that.
-            active_before = T.shfl_sync(scans[1] - counts[1], warp)
+            active_before = warp_sum(T.if_then_else(lane < warp, counts[1], 0))
             active_below = active_before + rank
             starts[tx + 1] = start + blocks
             if tx == 0:
@@ -542,10 +539,8 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # Also orders `starts` and the active lists before the searches and token writes.
             T.sync_threads()
             counts[2] = T.if_then_else(lane < warps, warp_counts[2, T.min(lane, warps - 1)], 0)
-            scans[2] = counts[2]
-            _warp_scans(scans, (2,), lane)
-            aligned_total = T.shfl_sync(scans[2], WARP - 1)
-            aligned_below = T.shfl_sync(scans[2] - counts[2], warp) + T.cast(T.popcount(aligned & lower_lanes), "int32")
+            aligned_total = warp_sum(counts[2])
+            aligned_below = warp_sum(T.if_then_else(lane < warp, counts[2], 0)) + T.cast(T.popcount(aligned & lower_lanes), "int32")
 
             if tx < B:
                 new_seq_lens[tx] = lens[0]

@@ -4,6 +4,9 @@ source tree's root on a CUDA device, TileLang on the path:
 
     BATCHES=64,128,256,512,1024 python3 testing/device_runs/nvidia-h100-80gb-hbm3/schedule_kernels_ab.py
 
+VARIANTS=NAME=PATH[,NAME=PATH] adds, beside the tree's lane kernel, the lane kernel of each cuda.py at
+PATH as lane_NAME (testing.variants.load_variant; it imports the tree's helpers).
+
 Inputs as the bench's (block size 64, 132 parts, contexts uniform in [0, 8192), num_accepted uniform
 in [0, k], num_tokens = B (1 + k)), k 1 and 3. Each kernel is built as the interface builds it
 (pdl on sm_90+, the smallest slot or warp count holding B, the warp kernel up to its capacity; the
@@ -21,10 +24,14 @@ from kernels.interface import launch_options  # noqa: E402
 from kernels.schedule_mtp_varlen import api, cuda, ref  # noqa: E402
 from kernels.schedule_mtp_varlen.schedule_mtp_varlen_bench import BLOCK_SIZE, MAX_CONTEXT, NUM_SM_PARTS  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import alternating_median_us, write_report  # noqa: E402
+from testing.variants import alternating_median_us, load_variant, write_report  # noqa: E402
 
 BATCHES = [int(b) for b in os.environ.get("BATCHES", "64,128,256,512,1024").split(",")]
 DRAFTS = (1, 3)
+VARIANTS = {
+    name: load_variant(f"schedule_variant_{name}", path)
+    for name, path in (v.split("=", 1) for v in os.environ.get("VARIANTS", "").split(",") if v)
+}
 
 
 def kernels_for(batch: int, k: int, dev: torch.device) -> dict:
@@ -34,7 +41,10 @@ def kernels_for(batch: int, k: int, dev: torch.device) -> dict:
     if batch <= 32 * ref.WARP_KERNEL_SLOTS[-1]:
         out["warp"] = cuda.schedule_mtp_varlen_warp_tl(*config, next(s for s in ref.WARP_KERNEL_SLOTS if 32 * s >= batch), **options)
     if batch <= 32 * ref.LANE_KERNEL_WARPS[-1]:
-        out["lane"] = cuda.schedule_mtp_varlen_lane_tl(*config, next(w for w in ref.LANE_KERNEL_WARPS if 32 * w >= batch), **options)
+        warps = next(w for w in ref.LANE_KERNEL_WARPS if 32 * w >= batch)
+        out["lane"] = cuda.schedule_mtp_varlen_lane_tl(*config, warps, **options)
+        for name, module in VARIANTS.items():
+            out[f"lane_{name}"] = module.schedule_mtp_varlen_lane_tl(*config, warps, **options)
     return out
 
 
