@@ -336,19 +336,17 @@ def _measure_cuda_graph(
         raise TimerError(f"CUDA graph capture failed: {type(exc).__name__}: {exc}") from exc
 
     try:
-        for _ in range(2):  # warm-up replays (instruction cache, TLB, clocks)
-            graph.replay()
-        torch.cuda.synchronize(dev)
-
-        # Size the number of samples from a couple of timed replays.
+        # Two warm-up replays (instruction cache, TLB, clocks); the second, timed, sizes the number
+        # of samples. A slow peer's replay is thousands of its calls (a second or more), so a
+        # separate probe would cost as much as the samples it sizes.
+        graph.replay()
         probe_s = torch.cuda.Event(enable_timing=True)
         probe_e = torch.cuda.Event(enable_timing=True)
         probe_s.record()
-        for _ in range(3):
-            graph.replay()
+        graph.replay()
         probe_e.record()
         probe_e.synchronize()
-        replay_us = probe_s.elapsed_time(probe_e) * 1000.0 / 3
+        replay_us = probe_s.elapsed_time(probe_e) * 1000.0
         n = sample_count(replay_us, budget_s, min_samples, max_samples, max_total_s)
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
