@@ -12,8 +12,9 @@ The timer rotates through enough input sets that L2 never serves the inputs
 
 Every case with ``bytes_moved > 0`` also gets the peer ``same_bytes_copy``
 from the runner (:func:`testing.timer.same_bytes_copy`): an SM copy that reads
-and writes as many bytes in all, timed the same way.  It is the floor of a
-kernel that moves those bytes, launch and DRAM round trip included, so
+and writes as many bytes in all, timed the same way.  It is about the floor
+of a plainly launched kernel that moves those bytes, launch and DRAM round
+trip included (a PDL launch can beat it), so
 ``xsame_bytes_copy`` (copy us / kernel us) judges decode-size cases, which
 an empty kernel's time and the copy ceiling cannot: a 14 KB row already
 costs 1.5x an empty kernel (testing/device_runs/nvidia-h200/decode_floor.md).

@@ -554,10 +554,12 @@ def same_bytes_copy(device: Any, nbytes: int, l2_bytes: int) -> list[Callable[[]
     writes the other half (each half rounded up to 16 bytes), like the ceiling's ``sm_copy_kernel``
     and under a case's output policy (each call allocates its output).
 
-    Timed like a case, it is the least a kernel with that much DRAM traffic costs under the same
-    timer, its launch and its first DRAM round trip included: the floor that a decode-size kernel,
-    whose bytes are too few for the copy ceiling to mean anything, is judged against. The sources
-    rotate past ``2 x l2_bytes`` as a case's input sets do.
+    Timed like a case, it is about the least a plainly launched kernel with that much DRAM traffic
+    costs under the same timer, its launch and its first DRAM round trip included: the floor that a
+    decode-size kernel, whose bytes are too few for the copy ceiling to mean anything, is judged
+    against (a kernel launched as a programmatic dependent can beat it: its launch overlaps the grid
+    before). The sources rotate past ``2 x l2_bytes`` as a case's input sets do, up to
+    sets_for_rotation's cap.
     """
     half = max(16, -(-int(nbytes) // 32) * 16)
     sets = sets_for_rotation(half, l2_bytes)

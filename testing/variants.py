@@ -36,6 +36,16 @@ def alternating_median_us(fns: dict[str, Sequence[Callable[[], object]]], *, rou
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def table_row(label: str, fns: dict[str, Sequence[Callable[[], object]]], ok: dict[str, bool], lines: list[str]) -> None:
+    """One row of an A/B probe's table: `label`, then each entry's alternating_median_us time
+    (budget 0.25 s), MISMATCH after an entry whose outputs differed from the reference (`ok`);
+    printed as it comes and appended to `lines`."""
+    times = alternating_median_us(fns, budget_s=0.25)
+    cells = "  ".join(f"{name} {us:6.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
+    lines.append(f"{label}  {cells}")
+    print(lines[-1], flush=True)
+
+
 def write_report(lines: list[str], filename: str) -> None:
     """A probe's report lines into $OUT/filename (the device call brings $OUT back), else ./filename."""
     import os

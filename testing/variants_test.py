@@ -1,4 +1,5 @@
 """testing.variants: each copy of a file is its own module; a name is taken once; entries timed in turns."""
+import random
 import types
 
 import pytest
@@ -38,3 +39,14 @@ def test_alternating_median_takes_turns_and_the_median_of_rounds(monkeypatch):
     monkeypatch.setattr(timer, "measure", measure)
     got = alternating_median_us({"a": [lambda: "a"], "b": [lambda: "b"]}, rounds=3, budget_s=0.1)
     assert order == ["a", "b"] * 3 and got == {"a": 3.0, "b": 4.0}
+
+
+def test_table_row_lists_each_entry_and_marks_mismatches(monkeypatch, seed):
+    from testing import variants
+
+    rng = random.Random(seed)
+    times = {"main": rng.uniform(1, 50), "branch": rng.uniform(1, 50)}
+    monkeypatch.setattr(variants, "alternating_median_us", lambda fns, budget_s: {name: times[name] for name in fns})
+    lines = ["header"]
+    variants.table_row("k 1 B 64", {"main": [], "branch": []}, {"main": True, "branch": False}, lines)
+    assert lines == ["header", f"k 1 B 64  main {times['main']:6.2f}  branch {times['branch']:6.2f} MISMATCH"]

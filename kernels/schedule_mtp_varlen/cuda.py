@@ -59,8 +59,9 @@ alone, so every warp's chain is the warp kernel's at one slot, and the warps mee
 at two block barriers: after the first, lane w of every warp reads warp w's block and active
 counts, and warp sums (one redux.sync each: over the lanes below the warp's index for its offsets,
 over all lanes for the totals, so per_part) replace a scan; after the second, the same for the count
-of active requests starting on a part boundary (num_splits, as in the warp kernel). Each warp lists its active requests by rank in shared memory before the first
-barrier and writes its run of tokens from that list, 32 consecutive tokens a store. Parts: one a
+of active requests starting on a part boundary (num_splits, as in the warp kernel). Each warp lists
+its active requests by rank in shared memory before the first barrier and writes its run of tokens
+from that list, 32 consecutive tokens a store. Parts: one a
 thread a round, a binary search of log2(32 warps) steps over the shared block prefix, run only by
 the warps holding the round's parts. B <= 1024 keeps every block index below 2**29 (int32).
 """

@@ -27,7 +27,7 @@ from kernels.swa_index import cuda, ref  # noqa: E402
 from kernels.swa_index.swa_index_bench import BLOCK_SIZE, cases  # noqa: E402
 from kernels.tl_launch import release_dependents, wait_for_earlier_grids  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import alternating_median_us, load_variant, write_report  # noqa: E402
+from testing.variants import load_variant, table_row, write_report  # noqa: E402
 
 CASES = os.environ.get("CASES", "b64_mtp1_w4096,b256_mtp1_w4096,b64_mtp3_w4096,b1024_mtp1_w4096,b1_mtp1_w128,b64_mtp1_w128").split(",")
 
@@ -76,10 +76,7 @@ def main():
                 return outs
 
             fns[name] = [lambda call=call, s=s: call(s=s) for s in sets]
-        times = alternating_median_us(fns, budget_s=0.25)
-        cells = "  ".join(f"{name} {us:6.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
-        lines.append(f"{case.case_id:28s} {cells}")
-        print(lines[-1], flush=True)
+        table_row(f"{case.case_id:28s}", fns, ok, lines)
     write_report(lines, "pdl_release_ab.txt")
 
 

@@ -24,7 +24,7 @@ from kernels.interface import launch_options  # noqa: E402
 from kernels.schedule_mtp_varlen import api, cuda, ref  # noqa: E402
 from kernels.schedule_mtp_varlen.schedule_mtp_varlen_bench import BLOCK_SIZE, MAX_CONTEXT, NUM_SM_PARTS  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import alternating_median_us, load_variant, write_report  # noqa: E402
+from testing.variants import load_variant, table_row, write_report  # noqa: E402
 
 BATCHES = [int(b) for b in os.environ.get("BATCHES", "64,128,256,512,1024").split(",")]
 DRAFTS = (1, 3)
@@ -76,10 +76,7 @@ def main():
                 kernel(*s, *(torch.empty(shape, dtype=torch.int32, device=dev) for shape in shapes))
 
             fns = {name: [lambda kernel=kernel, s=s: call(kernel, s) for s in sets] for name, kernel in kernels.items()}
-            times = alternating_median_us(fns, budget_s=0.25)
-            cells = "  ".join(f"{name} {us:6.2f}{'' if ok[name] else ' MISMATCH'}" for name, us in times.items())
-            lines.append(f"k {k} B {batch:5d}  {cells}")
-            print(lines[-1], flush=True)
+            table_row(f"k {k} B {batch:5d}", fns, ok, lines)
     write_report(lines, "schedule_ab.txt")
 
 
