@@ -739,6 +739,23 @@ def test_time_budget_keeps_the_cases_it_measured(tmp_path, monkeypatch, capsys):
         bm.main(["--kernels", "fake", "--time-budget", "0", *dirs])
 
 
+def test_same_bytes_copy_is_skipped_without_bytes_and_noted_when_it_cannot_be_built(monkeypatch):
+    fake = _FakeDevice(monkeypatch)
+    dev = torch.device("cuda", 0)
+    case = fake.case("zero", 5.0, 0, {"torch_eager": 7.0})
+    case.bytes_moved = 0
+    rec = bm.measure_case(case, dev, log=lambda _: None)
+    assert rec["time_us"] == 5.0 and list(rec["peers"]) == ["torch_eager"]
+
+    def out_of_memory(d, nbytes, l2):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(timer, "same_bytes_copy", out_of_memory)
+    rec = bm.measure_case(fake.case("big", 9.0, 0, {"torch_eager": 7.0}), dev, log=lambda _: None)
+    assert rec["time_us"] == 9.0 and rec["peers"]["torch_eager"]["time_us"] == 7.0
+    assert rec["peers"][bm.SAME_BYTES_COPY]["skipped"].startswith("could not be built: OutOfMemoryError")
+
+
 def test_cli_graph_capture_failure_falls_back_to_profiler(tmp_path, monkeypatch, capsys):
     fake = _FakeDevice(monkeypatch)
     case = fake.case("sync", 50.0, 0, {})
