@@ -36,6 +36,18 @@ def alternating_median_us(fns: dict[str, Sequence[Callable[[], object]]], *, rou
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def report_header() -> list[str]:
+    """A probe's report so far: its first line (the CUDA device, its empty kernel's time, the method),
+    printed; table_row appends to it."""
+    import torch
+
+    from testing import timer
+
+    lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us():.2f} us; median us of 3 alternating rounds"]
+    print(lines[0], flush=True)
+    return lines
+
+
 def table_row(label: str, fns: dict[str, Sequence[Callable[[], object]]], ok: dict[str, bool], lines: list[str]) -> None:
     """One row of an A/B probe's table: `label`, then each entry's alternating_median_us time
     (budget 0.25 s), MISMATCH after an entry whose outputs differed from the reference (`ok`);

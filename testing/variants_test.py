@@ -50,3 +50,14 @@ def test_table_row_lists_each_entry_and_marks_mismatches(monkeypatch, seed):
     lines = ["header"]
     variants.table_row("k 1 B 64", {"main": [], "branch": []}, {"main": True, "branch": False}, lines)
     assert lines == ["header", f"k 1 B 64  main {times['main']:6.2f}  branch {times['branch']:6.2f} MISMATCH"]
+
+
+def test_report_header_names_the_device_and_the_empty_kernel(monkeypatch, seed):
+    import torch
+
+    from testing import timer, variants
+
+    us = random.Random(seed).uniform(0.5, 3.0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(timer, "empty_kernel_us", lambda d=None, method="cuda_graph": us)
+    assert variants.report_header() == [f"device NVIDIA H100 80GB HBM3, empty kernel {us:.2f} us; median us of 3 alternating rounds"]

@@ -61,9 +61,9 @@ counts, and warp sums (one redux.sync each: over the lanes below the warp's inde
 over all lanes for the totals, so per_part) replace a scan; after the second, the same for the count
 of active requests starting on a part boundary (num_splits, as in the warp kernel). Each warp lists
 its active requests by rank in shared memory before the first barrier and writes its run of tokens
-from that list, 32 consecutive tokens a store. Parts: one a
-thread a round, a binary search of log2(32 warps) steps over the shared block prefix, run only by
-the warps holding the round's parts. B <= 1024 keeps every block index below 2**29 (int32).
+from that list, 32 consecutive tokens a store. Parts: one a thread a round, a binary search of
+log2(32 warps) steps over the shared block prefix, run only by the warps holding the round's parts.
+B <= 1024 keeps every block index below 2**29 (int32).
 """
 
 # No `from __future__ import annotations`: T.prim_func evaluates the tensor annotations, which name
@@ -136,6 +136,12 @@ def _warp_scans(incl, which, lane):
             up = T.shfl_up(incl[c], 1 << d)
             if lane >= (1 << d):
                 incl[c] += up
+
+
+def _lower_and_all_warps(count, lane, warp):
+    """(its sum over the warps below `warp`, its sum over all warps) of a per-warp count that lane w
+    holds for warp w (0 in lanes past the warps): two warp sums, one redux.sync each."""
+    return warp_sum(T.if_then_else(lane < warp, count, 0)), warp_sum(count)
 
 
 def _check_size(arg: str, value: int, allowed: tuple) -> None:
@@ -517,11 +523,10 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # INT32_MAX // MAX_BATCH blocks keep every block index below 2**29 (int32).
             for c in T.unroll(2):
                 counts[c] = T.if_then_else(lane < warps, warp_counts[c, T.min(lane, warps - 1)], 0)
-            total = warp_sum(counts[0])
-            active = warp_sum(counts[1])
-            start = warp_sum(T.if_then_else(lane < warp, counts[0], 0)) + blk[0] - blocks
+            blocks_before, total = _lower_and_all_warps(counts[0], lane, warp)
             # The active requests of the lower warps: this warp's first token is q times that.
-            active_before = warp_sum(T.if_then_else(lane < warp, counts[1], 0))
+            active_before, active = _lower_and_all_warps(counts[1], lane, warp)
+            start = blocks_before + blk[0] - blocks
             active_below = active_before + rank
             starts[tx + 1] = start + blocks
             if tx == 0:
@@ -540,8 +545,8 @@ def schedule_mtp_varlen_lane_tl(num_draft: int, block_size: int, num_sm_parts: i
             # Also orders `starts` and the active lists before the searches and token writes.
             T.sync_threads()
             counts[2] = T.if_then_else(lane < warps, warp_counts[2, T.min(lane, warps - 1)], 0)
-            aligned_total = warp_sum(counts[2])
-            aligned_below = warp_sum(T.if_then_else(lane < warp, counts[2], 0)) + T.cast(T.popcount(aligned & lower_lanes), "int32")
+            aligned_before, aligned_total = _lower_and_all_warps(counts[2], lane, warp)
+            aligned_below = aligned_before + T.cast(T.popcount(aligned & lower_lanes), "int32")
 
             if tx < B:
                 new_seq_lens[tx] = lens[0]

@@ -45,7 +45,7 @@ def _seed(text: str) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def _inputs(batch: int, q: int, device: torch.device, gen: torch.Generator):
+def decode_inputs(batch: int, q: int, device: torch.device, gen: torch.Generator):
     """(query_start_loc int32, positions int64, block_table int32, seq_lens int32): every request has
     CONTEXT + q tokens after the step, its q new ones last; physical blocks shuffled."""
     qsl = torch.arange(batch + 1, dtype=torch.int32, device=device) * q
@@ -65,7 +65,7 @@ def _case(batch: int, mtp: int, window: int) -> BenchCase:
         from kernels.swa_index import api, ref
 
         gen = torch.Generator(device=device).manual_seed(_seed(f"{case_id}-{k}"))
-        qsl, pos, table, lens = _inputs(batch, q, device, gen)
+        qsl, pos, table, lens = decode_inputs(batch, q, device, gen)
         args = (qsl, pos, table, lens, window, BLOCK_SIZE, "minus_one")
         if not compiled:
             compiled.append(torch.compile(ref.swa_index_ref, dynamic=False))

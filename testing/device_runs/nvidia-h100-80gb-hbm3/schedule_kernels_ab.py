@@ -24,7 +24,7 @@ from kernels.interface import launch_options  # noqa: E402
 from kernels.schedule_mtp_varlen import api, cuda, ref  # noqa: E402
 from kernels.schedule_mtp_varlen.schedule_mtp_varlen_bench import BLOCK_SIZE, MAX_CONTEXT, NUM_SM_PARTS  # noqa: E402
 from testing import timer  # noqa: E402
-from testing.variants import load_variant, table_row, write_report  # noqa: E402
+from testing.variants import load_variant, report_header, table_row, write_report  # noqa: E402
 
 BATCHES = [int(b) for b in os.environ.get("BATCHES", "64,128,256,512,1024").split(",")]
 DRAFTS = (1, 3)
@@ -51,8 +51,7 @@ def kernels_for(batch: int, k: int, dev: torch.device) -> dict:
 def main():
     dev = torch.device("cuda")
     l2 = timer.l2_cache_bytes(dev)
-    lines = [f"device {torch.cuda.get_device_name()}, empty kernel {timer.empty_kernel_us(dev):.2f} us; median us of 3 alternating rounds"]
-    print(lines[0], flush=True)
+    lines = report_header()
     for k in DRAFTS:
         for batch in BATCHES:
             tokens = batch * (1 + k)
