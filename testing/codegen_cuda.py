@@ -248,21 +248,22 @@ def ptx_text(factory, *args, arch: str = "sm_90a", **kwargs) -> str:
 # A PTX instruction that may touch global memory: any load, store, atomic, reduction, prefetch or
 # async copy but those of the parameter, shared, local and constant spaces.
 _GLOBAL_ACCESS = re.compile(r"^\s*(@!?%\w+\s+)?(ld|ldu|st|atom|red|prefetch|prefetchu|cp\.async|cp\.reduce\.async|multimem)\.(?!param|shared|local|const)")
-# An L2 prefetch may precede the wait (kernels/tl_launch.py: release_dependents): a hint, and L2 holds
+# An L2 prefetch may precede the wait (kernels/tl_launch.py: wait_for_earlier_grids): a hint, and L2 holds
 # every grid's writes. A prefetch into L1 may not: that line could be stale.
 _L2_PREFETCH = re.compile(r"^\s*(@!?%\w+\s+)?(prefetch(\.global)?\.L2|cp\.async\.bulk\.prefetch\.L2)[.:\s]")
 _PDL_WAIT, _PDL_LAUNCH = "griddepcontrol.wait;", "griddepcontrol.launch_dependents;"
 
 
 def assert_dependent_entry(ptx: str) -> list[str]:
-    """Asserts a programmatic dependent kernel's PTX (kernels/tl_launch.py): it lets the next grid
-    launch and waits for the grids before it, each once, ahead of every instruction that may touch
-    global memory but L2 prefetches (nvcc moved none of them above the wait). Returns the L2
-    prefetches before the wait."""
+    """Asserts a programmatic dependent kernel's PTX (kernels/tl_launch.py): it waits for the grids
+    before it, once, ahead of every instruction that may touch global memory but L2 prefetches (nvcc
+    moved none of them above the wait), and lets the next grid launch, once, after that wait. Returns
+    the L2 prefetches before the wait."""
     lines = ptx.splitlines()
     waits = [i for i, line in enumerate(lines) if line.strip() == _PDL_WAIT]
     launches = [i for i, line in enumerate(lines) if line.strip() == _PDL_LAUNCH]
     assert len(waits) == 1 and len(launches) == 1, f"expected one {_PDL_WAIT} and one {_PDL_LAUNCH}, got {len(waits)} and {len(launches)}"
+    assert launches[0] > waits[0], f"{_PDL_LAUNCH} before {_PDL_WAIT}: the next grid would launch before this one runs"
     early = [line.strip() for line in lines[: waits[0]] if _GLOBAL_ACCESS.match(line)]
     others = [line for line in early if not _L2_PREFETCH.match(line)]
     assert not others, f"global memory touched before {_PDL_WAIT}: {others}"

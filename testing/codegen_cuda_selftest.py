@@ -119,13 +119,13 @@ def test_find_nvcc_honours_the_environment(monkeypatch, tmp_path):
 
 
 def _dependent_ptx(*before_wait: str) -> str:
-    """A PDL kernel's PTX shape (nvcc 13.0, sm_90a) with `before_wait` between its two calls."""
+    """A PDL kernel's PTX shape (nvcc 13.0, sm_90a) with `before_wait` ahead of its wait."""
     return "\n".join([
         ".visible .entry k(", "\t.param .u64 k_param_0", ")", "{",
         "\tld.param.u64 \t%rd1, [k_param_0];",
-        "\tgriddepcontrol.launch_dependents;",
         *before_wait,
         "\tgriddepcontrol.wait;",
+        "\tgriddepcontrol.launch_dependents;",
         "\tld.global.nc.v4.u32 \t{%r1, %r2, %r3, %r4}, [%rd1];",
         "\tst.global.v4.u32 \t[%rd1], {%r1, %r2, %r3, %r4};",
         "\tret;", "}",
@@ -140,3 +140,10 @@ def test_dependent_entry_admits_only_l2_prefetches_before_the_wait():
             codegen_cuda.assert_dependent_entry(_dependent_ptx(early))
     with pytest.raises(AssertionError, match="expected one griddepcontrol.wait"):
         codegen_cuda.assert_dependent_entry(_dependent_ptx().replace("\tgriddepcontrol.wait;\n", ""))
+
+
+def test_dependent_entry_releases_the_next_grid_only_after_its_wait():
+    released_first = _dependent_ptx().replace("\tgriddepcontrol.launch_dependents;\n", "")
+    released_first = released_first.replace("\tgriddepcontrol.wait;", "\tgriddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;")
+    with pytest.raises(AssertionError, match="launch_dependents; before griddepcontrol.wait"):
+        codegen_cuda.assert_dependent_entry(released_first)

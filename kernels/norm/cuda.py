@@ -333,7 +333,7 @@ def _load_nc(cfg: NormConfig, dst, src):
 
 def _entry(cfg: NormConfig, D: int, pdl: bool, rows_without_pdl: int):
     """A macro, the kernel's first statements: kernels/tl_launch.py's dependent entry with the
-    weight's L2 prefetch between its halves (the block's first threads ask L2 for every line of the
+    weight's L2 prefetch ahead of its wait (the block's first threads ask L2 for every line of the
     weight, one line each).
 
     A kernel that reads the weight only after the reduction (registers for it would spill) then
@@ -351,7 +351,6 @@ def _entry(cfg: NormConfig, D: int, pdl: bool, rows_without_pdl: int):
 
     @T.macro
     def entry(weight, bx, tx):
-        release_dependents(pdl)
         if first_rows:
             # Later blocks find the weight in L2.
             for i in T.unroll(rounds):
@@ -359,6 +358,7 @@ def _entry(cfg: NormConfig, D: int, pdl: bool, rows_without_pdl: int):
                     offset = T.min((tx + i * cfg.threads) * (_LINE_BYTES // elem), D - 1)
                     T.evaluate(T.call_extern("handle", "tl_ops_prefetch_l2", T.address_of(weight[offset])))
         wait_for_earlier_grids(pdl)
+        release_dependents(pdl)
 
     return entry
 
