@@ -10,6 +10,12 @@ set -u
 root=$PWD; top=$OUT; t0=$(date +%s)
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
 export TILELANG_CACHE_DIR=/tmp/tl-cache PYTHONUNBUFFERED=1
+# The probe's decode cases (its large ones left out to fit the call).
+export CASE_IDS=t1_d7168_bf16,t64_d7168_bf16,t256_d7168_bf16,add_t1_d7168_bf16,add_t64_d7168_bf16,add_fp8_g128_t1_d7168_bf16,\
+mla_bf16_t1_d576,mla_bf16_t8_d576,mla_bf16_t64_d576,mla_bf16_t256_d576,mla_fp4_t1_d576,mla_fp4_t256_d576,\
+decode_b1_k1,decode_b64_k1,decode_b256_k3,decode_b1024_k1,\
+decode_b1_mtp1_w128,decode_b64_mtp1_w128,decode_b1_mtp1_w4096,decode_b64_mtp1_w4096,decode_b256_mtp1_w4096,decode_b1024_mtp3_w4096,\
+slots_decode_b1_t1,slots_decode_b256_t256,paged_decode_b64_t64,fp8_t1_d7168_g128,rows_t1_d7168_bf16,decode_t1_nb2048_k64,decode_t64_nb2048_k64
 probe=$root/testing/device_runs/nvidia-h200/pdl_chain_probe.py
 for t in rf late; do
   dir=$root; [ $t = rf ] && dir=$root/.gpu/trees/rf
@@ -18,3 +24,12 @@ for t in rf late; do
   echo "$t rc $? $(( $(date +%s) - t0 )) s"
 done
 paste <(grep " us$" $top/rf.log) <(grep " us$" $top/late.log) | sed 's/  */ /g'
+# The norm suite with the new entry (prefetch, wait, release), cut to fit.
+left=$(( ${TOTAL:-570} - ($(date +%s) - t0) ))
+if [ $left -ge 40 ]; then
+  PYTHONPATH=/tmp/site:$root:$root/platform TILELANG_OPS_BACKEND=cuda timeout $(( left - 10 )) python3 -m pytest \
+    kernels/norm/norm_test.py kernels/swa_index/swa_index_test.py -p testing.plugin -p no:cacheprovider -p no:benchmark \
+    --backend=cuda --tl-suite=device -n 16 -q -rs > $top/tests_late.log 2>&1
+  echo "tests late rc $?: $(tail -1 $top/tests_late.log)"; grep -E "^FAILED|^ERROR" $top/tests_late.log | head
+fi
+echo "total $(( $(date +%s) - t0 )) s"
