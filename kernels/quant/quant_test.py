@@ -672,7 +672,7 @@ def _bad_inputs():
         ("quant_fp8-x-not-tensor", api.quant_fp8, dict(x=x.tolist()), TypeError, "x must be a torch.Tensor"),
         ("quant_fp8-x-float64", api.quant_fp8, dict(x=x.double()), TypeError, "x has dtype torch.float64"),
         ("quant_fp8-x-1d", api.quant_fp8, dict(x=x[0]), ValueError, "x must be 2-D"),
-        ("quant_fp8-x-last-dim-strided", api.quant_fp8, dict(x=wide[:, ::2]), ValueError, "last dimension must be contiguous"),
+        ("quant_fp8-x-last-dim-strided", api.quant_fp8, dict(x=wide[:, ::2]), ValueError, "x's last dimension must be contiguous"),
         ("quant_fp8-x-meta", api.quant_fp8, dict(x=x.to("meta")), ValueError, "x is on meta; tensors on meta are not supported"),
         ("quant_fp8-x-no-columns", api.quant_fp8, dict(x=x[:, :0]), ValueError, "x must have at least one column"),
         ("quant_fp8-group-not-dividing", api.quant_fp8, dict(x=x[:, :200]), ValueError, "group_size 128 does not divide D 200"),
@@ -702,7 +702,7 @@ def _bad_inputs():
         ("quant_fp4-global-scale-dtype", api.quant_fp4, dict(x=x, global_scale=gs.half()), TypeError, "global_scale has dtype torch.float16"),
         ("quant_fp4-global-scale-device", api.quant_fp4, dict(x=x, global_scale=gs.to("meta")), ValueError, "global_scale is on meta"),
         ("quant_fp4-global-scale-with-ue8m0", api.quant_fp4, dict(x=x, scale_format="ue8m0", global_scale=gs), ValueError, "global_scale must be None"),
-        ("quant_fp4-D-not-group", api.quant_fp4, dict(x=x[:, :40], scale_format="ue8m0"), ValueError, "not a multiple of the group size 32"),
+        ("quant_fp4-D-not-group", api.quant_fp4, dict(x=x[:, :40], scale_format="ue8m0"), ValueError, "x has width 40, not a multiple of the group size 32"),
         ("quant_fp4-out-shape", api.quant_fp4, dict(x=x, global_scale=gs, out=out((4, 256), torch.uint8)), ValueError, "out must be (4, 128)"),
         ("quant_fp4-scale-too-small", api.quant_fp4, dict(x=x, global_scale=gs, scale_out=out((4, 8), fp8)), ValueError, "scale_out is too small"),
         ("dequant_fp4-packed-dtype", api.dequant_fp4, dict(packed=p.view(torch.int8), scale=s8, global_scale=gs), TypeError, "packed has dtype torch.int8"),
@@ -721,14 +721,14 @@ def test_bad_input_raises_and_writes_nothing(case):
 
 @pytest.mark.ref
 def test_outputs_overlapping_inputs_are_rejected():
-    buf = torch.zeros(4, 512, dtype=torch.uint8)
+    buf = torch.randint(0, 256, (4, 512), dtype=torch.uint8)
     x = buf.view(torch.bfloat16)  # (4, 256), the same bytes
     flat = buf.view(-1)
     out = flat[:1024].view(torch.float8_e4m3fn).view(4, 256)
-    with pytest.raises(ValueError, match="out overlaps x"):
-        api.quant_fp8(x, 128, out=out)
-    with pytest.raises(ValueError, match="scale_out overlaps x"):
-        api.quant_fp4(x, scale_format="ue8m0", scale_out=flat[:32].view(4, 8))
+    assert_rejected_without_writes(api.quant_fp8, {"x": x, "group_size": 128, "out": out}, ValueError, "out overlaps x", [buf])
+    assert_rejected_without_writes(
+        api.quant_fp4, {"x": x, "scale_format": "ue8m0", "scale_out": flat[:32].view(4, 8)}, ValueError, "scale_out overlaps x", [buf]
+    )
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -239,7 +239,7 @@ def _bad_inputs():
         case("tokens-past-int32", ValueError, "num_tokens must be in [0, 2147483647]", num_tokens=2**31),
         case("tokens-neg", ValueError, "num_tokens must be in [0,", num_tokens=-1),
         case("tokens-float", TypeError, "num_tokens must be an int", num_tokens=8.0),
-        case("batch-too-big", ValueError, "at most 4096 are supported", seq_lens_before=torch.zeros(4097, dtype=i32), num_accepted=torch.zeros(4097, dtype=i32), out=outs(n_req=4097)),
+        case("batch-too-big", ValueError, "seq_lens_before has B = 4097 requests; at most 4096 are supported", seq_lens_before=torch.zeros(4097, dtype=i32), num_accepted=torch.zeros(4097, dtype=i32), out=outs(n_req=4097)),
         case("out-pair", TypeError, "out must be an MtpSchedule or tuple", out=outs()[:2]),
         case("out-int64", ValueError, "out.positions must be (8,) torch.int32", out=outs()[:2] + (poisoned((8,), i64, "cpu"),) + outs()[3:]),
         case("out-meta-shape", ValueError, "out.tile_metadata must be (4, 8)", out=outs(parts=5)),

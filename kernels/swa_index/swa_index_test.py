@@ -285,7 +285,7 @@ def _bad_inputs():
         case("table-rows", ValueError, "block_table has 3 rows; expected B = 2", block_table=torch.zeros((3, 3), dtype=i32)),
         case("table-no-columns", ValueError, "max_blocks must be >= 1", block_table=table[:, :0]),
         case("table-col-strided", ValueError, "block_table's last dimension must be contiguous", block_table=wide[:, ::2]),
-        case("table-overlap", ValueError, "row stride 2 is smaller", block_table=wide.as_strided((2, 3), (2, 1))),
+        case("table-overlap", ValueError, "block_table's row stride 2 is smaller", block_table=wide.as_strided((2, 3), (2, 1))),
         case("lens-float", TypeError, "seq_lens has dtype torch.float32", seq_lens=lens.float()),
         case("lens-short", ValueError, "seq_lens must have shape (2,)", seq_lens=lens[:1]),
         case("window-0", ValueError, "window must be in [1,", window=0),
