@@ -885,20 +885,24 @@ def _assert_same(actual, expected, what):
 
 
 def _check_fp8(device, x, group, ue8m0, layout):
+    """quant_fp8 against the reference, run once with its outputs' bytes all 0x7F and once all 0x80
+    (BYTE_POISONS): a NaN input rightly gives e4m3's NaN code 0x7F, so with one poison an element
+    the kernel skipped could pass. Then dequant_fp8 of the result."""
     t, d = x.shape
     g = d if group is None else group
     q_ref, s_ref = ref.quant_fp8_ref(x, g, ue8m0)
-    out = poisoned((t, d), torch.float8_e4m3fn, device)
     tp = ref.tma_aligned_rows(t)
-    storage = poisoned((d // g, tp) if layout == "tma_col" else (t, d // g), torch.float32, device)
-    scale_out = storage.t()[:t] if layout == "tma_col" else storage
-    q, s = api.quant_fp8(x, group, ue8m0=ue8m0, scale_layout=layout, out=out, scale_out=scale_out)
-    what = f"quant_fp8 T={t} D={d} g={group} ue8m0={ue8m0} {layout} {x.dtype}"
-    assert q is out and s is scale_out
-    _assert_same(q, q_ref, what + " q")
-    _assert_same(s, s_ref, what + " scale")
-    if layout == "tma_col" and t:
-        assert torch.isnan(storage[:, t:]).all(), "padding written"
+    for byte in BYTE_POISONS:
+        out = byte_poisoned((t, d), torch.float8_e4m3fn, device, byte)
+        storage = byte_poisoned((d // g, tp) if layout == "tma_col" else (t, d // g), torch.float32, device, byte)
+        scale_out = storage.t()[:t] if layout == "tma_col" else storage
+        q, s = api.quant_fp8(x, group, ue8m0=ue8m0, scale_layout=layout, out=out, scale_out=scale_out)
+        what = f"quant_fp8 T={t} D={d} g={group} ue8m0={ue8m0} {layout} {x.dtype} poison {byte:#x}"
+        assert q is out and s is scale_out
+        _assert_same(q, q_ref, what + " q")
+        _assert_same(s, s_ref, what + " scale")
+        if layout == "tma_col" and t:
+            assert (storage[:, t:].view(torch.uint8) == byte).all(), "padding written"
     y_out = poisoned((t, d), torch.bfloat16, device)
     y = api.dequant_fp8(q, s, group, out=y_out)
     _assert_same(y, ref.dequant_fp8_ref(q_ref, s_ref, g), what + " dequant")
