@@ -647,16 +647,12 @@ def test_device_64bit_offsets(device):
     d = 16384
     t = (2**31) // d + 64
     x = torch.randn((t, d), device=device, dtype=torch.bfloat16)
+    # Outliers only past the 32-bit offsets (randn stays far below 100): a kernel that wraps there
+    # misses them or flags other rows and columns.
     x[t - 3, d - 1] = NAN
     x[t - 2, 7] = 1000.0
-    absmax, flag, flagged_rows, count = api.detect_outlier_rows(x, 100.0)
-    tail = slice(t - 72, t)
-    e_absmax, e_flag, _, _ = ref.outlier_rows_ref(x[tail], 100.0)
-    assert_bitwise_equal(absmax[tail], e_absmax, what="absmax")
-    assert_flag_equal(flag[tail], e_flag, what="flag")
-    assert count.item() == 2 and flagged_rows[:3].tolist() == [t - 3, t - 2, -1]
-    counts = api.count_outlier_columns(x, 100.0)
-    assert counts.sum().item() == 1 and counts[7].item() == 1
+    _check_rows(x, 100.0, "64-bit offsets")
+    _check_columns(x, 100.0, "64-bit offsets")
 
 
 @pytest.mark.device
