@@ -24,11 +24,13 @@ for t in rf late; do
   echo "$t rc $? $(( $(date +%s) - t0 )) s"
 done
 paste <(grep " us$" $top/rf.log) <(grep " us$" $top/late.log) | sed 's/  */ /g'
-# The norm suite with the new entry (prefetch, wait, release), cut to fit.
+# The tests this session changed (quant's FP8 checks with two poisons, outlier_detection's 64-bit
+# offsets), then the norm suite with the new entry (prefetch, wait, release), cut to fit.
 left=$(( ${TOTAL:-570} - ($(date +%s) - t0) ))
 if [ $left -ge 40 ]; then
   PYTHONPATH=/tmp/site:$root:$root/platform TILELANG_OPS_BACKEND=cuda timeout $(( left - 10 )) python3 -m pytest \
-    kernels/norm/norm_test.py kernels/swa_index/swa_index_test.py -p testing.plugin -p no:cacheprovider -p no:benchmark \
+    "kernels/outlier_detection/outlier_detection_test.py::test_device_64bit_offsets" kernels/quant/quant_test.py -k "64bit or fp8 or norm" \
+    kernels/norm/norm_test.py -p testing.plugin -p no:cacheprovider -p no:benchmark \
     --backend=cuda --tl-suite=device -n 16 -q -rs > $top/tests_late.log 2>&1
   echo "tests late rc $?: $(tail -1 $top/tests_late.log)"; grep -E "^FAILED|^ERROR" $top/tests_late.log | head
 fi
