@@ -277,7 +277,8 @@ def test_ref_heads_match_oracle(layout_name, with_v, t, index_dtype):
 
 @pytest.mark.ref
 def test_record_layout_read_by_hand():
-    # Pins the documented byte layout: nibble order, scale bytes / floats, rope bits, offsets.
+    # Pins the documented byte layout: nibble order, scale bytes / floats, rope bits, offsets. Every
+    # value not set below is 0, so every other byte of a record is 0 (codes, rope) or the floor scale.
     row = torch.zeros(layout.WIDTH)
     row[0:4] = torch.tensor([1.0, -0.5, 6.0, 3.0])  # group 0: amax 6 -> scale 1
     row[32:34] = torch.tensor([12.0, -2.0])  # FP4 group 1: amax 12 -> scale 2
@@ -286,7 +287,7 @@ def test_record_layout_read_by_hand():
     row[layout.WIDTH - 1] = -2.0  # bf16 0xC000
     kv = row.to(torch.bfloat16)[None]
 
-    fp4 = torch.empty((1, 1, 400), dtype=torch.float4_e2m1fn_x2)
+    fp4 = poisoned_cache((1, 1, 400), torch.float4_e2m1fn_x2)
     api.store_kv_cache(kv, fp4, torch.tensor([0]))
     b = fp4.view(torch.uint8)[0, 0].tolist()
     assert b[0] == 0x92  # element 0 = 1.0 (code 2) low nibble, element 1 = -0.5 (code 9) high
@@ -295,8 +296,11 @@ def test_record_layout_read_by_hand():
     assert b[256] == 127 and b[257] == 128  # UE8M0: 2 ** (byte - 127)
     assert b[258] == 1  # an all-zero group: the floor 6 * 2**-126 / 6 -> 2**-126
     assert b[272:274] == [0xC0, 0x3F] and b[398:400] == [0x00, 0xC0]
+    # Element 128 = 896 is FP4 group 4's amax: scale 2**8 (byte 135), 896 / 256 = 3.5 -> 4 (code 6).
+    assert b[64] == 0x06 and b[260] == 135
+    assert b[2:16] + b[17:64] + b[65:256] + b[274:398] == [0] * 376 and b[259:260] + b[261:272] == [1] * 12
 
-    fp8 = torch.empty((1, 1, 656), dtype=torch.float8_e4m3fn)
+    fp8 = poisoned_cache((1, 1, 656), torch.float8_e4m3fn)
     api.store_kv_cache(kv, fp8, torch.tensor([0]))
     b = fp8.view(torch.uint8)[0, 0].tolist()
     # Group 0 (values 0..127, amax 12): scale 12 / 448 rounded up to 2**-5; x * 32 = 32, -16,
@@ -305,6 +309,9 @@ def test_record_layout_read_by_hand():
     assert struct.unpack("<4f", bytes(b[512:528])) == (2.0**-5, 2.0, 448 * 2.0**-126 / 448, 448 * 2.0**-126 / 448)
     assert b[128] == 0x7E  # 896 / 2 = 448
     assert b[528:530] == [0xC0, 0x3F] and b[654:656] == [0x00, 0xC0]
+    # Elements 32, 33 (12, -2) are in group 0 too: 384 = 1.5 * 2**8, -64 = -2**6.
+    assert b[32:34] == [0x7C, 0xE8]
+    assert b[4:32] + b[34:128] + b[129:512] + b[530:654] == [0] * 629
 
 
 @pytest.mark.ref
