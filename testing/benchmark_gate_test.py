@@ -447,23 +447,22 @@ def test_sample_count_lets_slow_callables_take_fewer_samples(rng):
     assert timer.sample_count(8192 * 1.7, 0.5, 15, 200, 2.0) == timer.sample_count(8192 * 1.7, 0.5, 15, 200) == 35
 
 
-def test_segment_iterations_excludes_flush():
-    rng_ = random.Random(7)
+def test_segment_iterations_excludes_flush(rng):
     flush_count, fn_count, n = 1, 3, 25
     acts, expected, t = [], [], 0.0
     for _ in range(n):
         for _ in range(flush_count):
-            d = rng_.uniform(20, 40)
+            d = rng.uniform(20, 40)
             acts.append((t, t + d))
             t += d + 1
         total = 0.0
         for _ in range(fn_count):
-            d = rng_.uniform(1, 10)
+            d = rng.uniform(1, 10)
             acts.append((t, t + d))
             total += d
             t += d + 0.5
         expected.append(total)
-    rng_.shuffle(acts)  # order comes from the timestamps, not the list
+    rng.shuffle(acts)  # order comes from the timestamps, not the list
     got = timer.segment_iterations(acts, n, flush_count)
     assert len(got) == n and all(math.isclose(g, e) for g, e in zip(got, expected))
     with pytest.raises(timer.TimerError):

@@ -72,6 +72,9 @@ def _rejecting(write: bool):
 def test_rejected_without_writes_passes_when_nothing_is_written():
     out = torch.zeros(2, 2)
     assert_rejected_without_writes(_rejecting(False), {"out": out}, ValueError, "out (2, 2)", [out, None])
+    # A meta output holds no data to compare: skipped, not an error.
+    meta = torch.zeros(2, 2, device="meta")
+    assert_rejected_without_writes(_rejecting(False), {"out": meta}, ValueError, "out (2, 2)", [meta])
 
 
 def test_rejected_without_writes_catches_a_write_and_a_wrong_message():
