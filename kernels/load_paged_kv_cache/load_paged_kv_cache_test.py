@@ -206,10 +206,9 @@ def test_ref_negative_lengths_count_as_zero():
     assert_rows_equal(rows, expected, "rows")
 
 
-@pytest.mark.ref
-@pytest.mark.parametrize("kind", KINDS)
-def test_ref_non_finite_records(kind):
-    # Inf and NaN in the stored rows: bf16 rows are bit copies; records decode as decode_records.
+def non_finite_cache(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(cache, block_table, seq_lens) of one request over 4 blocks of 8 rows holding Inf, NaN and
+    non-canonical NaN payloads, stored as `kind`."""
     nb, bs = 4, 8
     src = random_rows(nb * bs, layout.WIDTH)
     src[3, 5] = math.inf
@@ -223,8 +222,14 @@ def test_ref_non_finite_records(kind):
     else:
         records = layout.FP4 if kind == "fp4" else layout.FP8
         cache = layout.encode_rows(src, records).view(records.cache_dtype).reshape(nb, bs, -1)
-    table = torch.tensor([[2, 0, 3, 1]], dtype=torch.int32)
-    seq_lens = torch.tensor([nb * bs], dtype=torch.int32)
+    return cache, torch.tensor([[2, 0, 3, 1]], dtype=torch.int32), torch.tensor([nb * bs], dtype=torch.int32)
+
+
+@pytest.mark.ref
+@pytest.mark.parametrize("kind", KINDS)
+def test_ref_non_finite_records(kind):
+    # Inf and NaN in the stored rows: bf16 rows are bit copies; records decode as decode_records.
+    cache, table, seq_lens = non_finite_cache(kind)
     rows, _ = ref.load_paged_kv_cache_ref(cache, table, seq_lens)
     expected, _ = oracle(cache, table, seq_lens)
     assert_rows_equal(rows, expected, kind)
@@ -627,16 +632,17 @@ def test_ascend_stages_heads_at_aligned_pitch():
 # Device: the backend's kernel against the reference, on the accelerator.
 
 
-def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str, num_tokens=None) -> None:
-    """Load into a poisoned out with `extra_rows` spare rows; compare with the reference; spare rows
-    and rows past num_tokens stay poisoned."""
+def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str, num_tokens=None, poison=None) -> None:
+    """Load into an out with `extra_rows` spare rows, poisoned (NaN) or filled with `poison` (a finite
+    value, for rows that may rightly hold NaN); compare with the reference; spare rows and rows past
+    num_tokens keep the fill."""
     device = cache.device
     cu_ref = ref.cu_seqlens_ref(seq_lens)
     total = int(cu_ref[-1])
     rows_cap = total + extra_rows
     limit = rows_cap if num_tokens is None else num_tokens
     d = out_width(cache)
-    out = poisoned((rows_cap, d), torch.bfloat16, device)
+    out = poisoned((rows_cap, d), torch.bfloat16, device) if poison is None else torch.full((rows_cap, d), poison, dtype=torch.bfloat16, device=device)
     cu = poisoned((seq_lens.shape[0] + 1,), torch.int32, device)
     got, got_cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=num_tokens, out=out, cu_seqlens=cu)
     assert got is out and got_cu is cu
@@ -647,7 +653,13 @@ def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str
         assert_bitwise_equal(out[:written], expected, what=f"{what} rows")  # bit copies, NaN payloads too
     else:
         assert_rows_equal(out[:written], expected, f"{what} rows")
-    assert torch.isnan(out[written:].float()).all(), f"{what}: rows past the total or num_tokens were written"
+    tail = out[written:].float()
+    kept = torch.isnan(tail) if poison is None else tail == poison
+    assert kept.all(), f"{what}: rows past the total or num_tokens were written"
+
+
+# A fill no loaded row holds here (rows are randn-sized, and decoded records stay within their scales).
+FINITE_POISON = -57344.0  # exact in bf16
 
 
 def out_width(cache: torch.Tensor) -> int:
@@ -702,6 +714,16 @@ def test_device_many_requests(device, kind, b):
     seq_lens[1::11] = -(2**40)
     seq_starts = torch.randint(0, 20, (b,), device=device, dtype=torch.int32)
     _check_device(cache, table, seq_lens, seq_starts, 11, f"{kind} B={b}")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("kind", KINDS)
+def test_device_non_finite_records(device, kind):
+    # Inf, NaN and NaN payloads in the cache: bf16 rows copied bit for bit, records decoded as the
+    # reference decodes them. A second run with a finite fill: under NaN a skipped NaN would pass.
+    cache, table, seq_lens = (t.to(device) for t in non_finite_cache(kind))
+    for poison in (None, FINITE_POISON):
+        _check_device(cache, table, seq_lens, None, 3, f"non-finite {kind} poison {poison}", poison=poison)
 
 
 @pytest.mark.device
