@@ -23,11 +23,12 @@ for t in rf late; do
 done
 paste <(grep " us$" $top/rf.log) <(grep " us$" $top/late.log) | sed 's/  */ /g'
 # The tests this session changed (quant's FP8 checks with two poisons, outlier_detection's 64-bit
-# offsets), then the norm suite with the new entry (prefetch, wait, release), cut to fit.
+# offsets, load_paged_kv_cache's non-finite cache content), then the norm suite with the new entry (prefetch, wait, release), cut to fit.
 left=$(( ${TOTAL:-570} - ($(date +%s) - t0) ))
 if [ $left -ge 40 ]; then
   PYTHONPATH=/tmp/site:$root:$root/platform TILELANG_OPS_BACKEND=cuda timeout $(( left - 10 )) python3 -m pytest \
-    "kernels/outlier_detection/outlier_detection_test.py::test_device_64bit_offsets" kernels/quant/quant_test.py -k "64bit or fp8 or norm" \
+    "kernels/outlier_detection/outlier_detection_test.py::test_device_64bit_offsets" kernels/quant/quant_test.py \
+    "kernels/load_paged_kv_cache/load_paged_kv_cache_test.py::test_device_non_finite_records" -k "64bit or fp8 or norm or non_finite" \
     kernels/norm/norm_test.py -p testing.plugin -p no:cacheprovider -p no:benchmark \
     --backend=cuda --tl-suite=device -n 16 -q -rs > $top/tests_late.log 2>&1
   echo "tests late rc $?: $(tail -1 $top/tests_late.log)"; grep -E "^FAILED|^ERROR" $top/tests_late.log | head
