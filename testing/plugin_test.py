@@ -109,8 +109,9 @@ def test_accelerator_missing_explains_itself_on_this_host(backend):
     import torch
 
     reason = plugin.accelerator_missing(backend)
-    if backend == "cuda":
-        assert (reason is None) == torch.cuda.is_available()
+    npu = getattr(torch, "npu", None)
+    present = torch.cuda.is_available() if backend == "cuda" else npu is not None and npu.is_available()
+    assert (reason is None) == present
     if reason is not None:
         # The reason names what is missing: the CUDA device, or Ascend's runtime or NPU.
         assert ("CUDA device" if backend == "cuda" else "torch_npu") in reason, reason
