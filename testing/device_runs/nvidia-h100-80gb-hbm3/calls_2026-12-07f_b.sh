@@ -23,7 +23,8 @@ for t in rf late; do
 done
 paste <(grep " us$" $top/rf.log) <(grep " us$" $top/late.log) | sed 's/  */ /g'
 # The tests this session changed (quant's FP8 checks with two poisons, outlier_detection's 64-bit
-# offsets, load_paged_kv_cache's non-finite cache content), then the norm suite with the new entry (prefetch, wait, release), cut to fit.
+# offsets, load_paged_kv_cache's non-finite cache content) and the norm suite with the new entry
+# (prefetch, wait, release), cut to fit.
 left=$(( ${TOTAL:-570} - ($(date +%s) - t0) ))
 if [ $left -ge 40 ]; then
   PYTHONPATH=/tmp/site:$root:$root/platform TILELANG_OPS_BACKEND=cuda timeout $(( left - 10 )) python3 -m pytest \
