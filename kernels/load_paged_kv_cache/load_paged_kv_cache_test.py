@@ -17,7 +17,7 @@ import torch
 
 from kernels.load_paged_kv_cache import api, ref
 from kernels.store_kv_cache import layout
-from testing.numeric import as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import FINITE_POISON, as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
 
 KINDS = ["bf16", "fp4", "fp8"]
 _BF16_NAN = 0x7FC0
@@ -632,17 +632,17 @@ def test_ascend_stages_heads_at_aligned_pitch():
 # Device: the backend's kernel against the reference, on the accelerator.
 
 
-def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str, num_tokens=None, poison=None) -> None:
-    """Load into an out with `extra_rows` spare rows, poisoned (NaN) or filled with `poison` (a finite
-    value, for rows that may rightly hold NaN); compare with the reference; spare rows and rows past
-    num_tokens keep the fill."""
+def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str, num_tokens=None, poison=math.nan) -> None:
+    """Load into an out with `extra_rows` spare rows, filled with `poison` (NaN, or FINITE_POISON for
+    rows that may rightly hold NaN: loaded rows are randn-sized, decoded records stay within their
+    scales); compare with the reference; spare rows and rows past num_tokens keep the fill."""
     device = cache.device
     cu_ref = ref.cu_seqlens_ref(seq_lens)
     total = int(cu_ref[-1])
     rows_cap = total + extra_rows
     limit = rows_cap if num_tokens is None else num_tokens
     d = out_width(cache)
-    out = poisoned((rows_cap, d), torch.bfloat16, device) if poison is None else torch.full((rows_cap, d), poison, dtype=torch.bfloat16, device=device)
+    out = torch.full((rows_cap, d), poison, dtype=torch.bfloat16, device=device)
     cu = poisoned((seq_lens.shape[0] + 1,), torch.int32, device)
     got, got_cu = api.load_paged_kv_cache(cache, table, seq_lens, seq_starts, num_tokens=num_tokens, out=out, cu_seqlens=cu)
     assert got is out and got_cu is cu
@@ -654,12 +654,8 @@ def _check_device(cache, table, seq_lens, seq_starts, extra_rows: int, what: str
     else:
         assert_rows_equal(out[:written], expected, f"{what} rows")
     tail = out[written:].float()
-    kept = torch.isnan(tail) if poison is None else tail == poison
+    kept = torch.isnan(tail) if math.isnan(poison) else tail == poison
     assert kept.all(), f"{what}: rows past the total or num_tokens were written"
-
-
-# A fill no loaded row holds here (rows are randn-sized, and decoded records stay within their scales).
-FINITE_POISON = -57344.0  # exact in bf16
 
 
 def out_width(cache: torch.Tensor) -> int:
@@ -722,7 +718,7 @@ def test_device_non_finite_records(device, kind):
     # Inf, NaN and NaN payloads in the cache: bf16 rows copied bit for bit, records decoded as the
     # reference decodes them. A second run with a finite fill: under NaN a skipped NaN would pass.
     cache, table, seq_lens = (t.to(device) for t in non_finite_cache(kind))
-    for poison in (None, FINITE_POISON):
+    for poison in (math.nan, FINITE_POISON):
         _check_device(cache, table, seq_lens, None, 3, f"non-finite {kind} poison {poison}", poison=poison)
 
 
