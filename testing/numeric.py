@@ -131,3 +131,19 @@ def chi2_critical(df: int, alpha: float) -> float:
         tail = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(mid / 2, dtype=torch.float64)))
         lo, hi = (mid, hi) if tail > alpha else (lo, mid)
     return lo
+
+
+def case_names(factory) -> list[str]:
+    """The names (first fields, unique) of the cases factory() returns, to parametrize a test over.
+    The cases built here are dropped and the global RNG is left as it was: built at collection,
+    their tensors would come from an unseeded RNG and be shared by every test. Each test rebuilds
+    its own under its seed with case_named."""
+    with torch.random.fork_rng(devices=[]):
+        names = [case[0] for case in factory()]
+    assert len(set(names)) == len(names), "case names must be unique"
+    return names
+
+
+def case_named(factory, name: str) -> tuple:
+    """factory()'s case called `name`, built now (from the calling test's seed)."""
+    return next(case for case in factory() if case[0] == name)

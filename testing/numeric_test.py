@@ -12,6 +12,8 @@ from testing.numeric import (
     assert_bitwise_equal,
     assert_rejected_without_writes,
     assert_ulp_close,
+    case_named,
+    case_names,
     chi2_critical,
     poisoned,
     ulp_distance,
@@ -83,6 +85,28 @@ def test_rejected_without_writes_catches_a_write_and_a_wrong_message():
         assert_rejected_without_writes(_rejecting(True), {"out": out}, ValueError, "out (2, 2)", [out])
     with pytest.raises(AssertionError):
         assert_rejected_without_writes(_rejecting(False), {"out": out}, ValueError, "other text", [out])
+
+
+def _two_random_cases():
+    return [("a", torch.rand(3)), ("b", torch.rand(3))]
+
+
+def test_case_names_leave_the_rng_as_it_was():
+    state = torch.random.get_rng_state()
+    assert case_names(_two_random_cases) == ["a", "b"]
+    assert torch.equal(torch.random.get_rng_state(), state)
+    with pytest.raises(AssertionError, match="unique"):
+        case_names(lambda: [("a", 1), ("a", 2)])
+
+
+def test_case_named_builds_the_case_from_the_current_seed():
+    torch.manual_seed(5)
+    first = case_named(_two_random_cases, "b")
+    torch.manual_seed(5)
+    again = case_named(_two_random_cases, "b")
+    assert first[0] == "b" and torch.equal(first[1], again[1]) and first[1] is not again[1]
+    torch.manual_seed(6)
+    assert not torch.equal(case_named(_two_random_cases, "b")[1], first[1])
 
 
 def test_chi2_critical_value():

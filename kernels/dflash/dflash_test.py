@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from kernels.dflash import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, poisoned
 
 IDX = (torch.int32, torch.int64)
 VOCAB = 97
@@ -366,9 +366,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, kwargs, error, message = case_named(_bad_inputs, name)
     assert_rejected_without_writes(api.confidence_head, kwargs, error, message, kwargs["out"])
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernels.gather import api, ref
-from testing.numeric import as_bits, assert_bitwise_equal, poisoned
+from testing.numeric import as_bits, assert_bitwise_equal, case_named, case_names, poisoned
 
 DTYPES = list(api.DTYPES)
 INDEX_DTYPES = list(api.INDEX_DTYPES)
@@ -119,9 +119,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, kwargs, error, message = case_named(_bad_inputs, name)
     out = kwargs.get("out")
     before = as_bits(out).clone() if isinstance(out, torch.Tensor) else None
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):

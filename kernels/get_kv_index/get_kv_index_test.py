@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kernels.get_kv_index import api, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, near_int32_limit, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, near_int32_limit, poisoned
 
 IDX = [torch.int32, torch.int64]
 
@@ -363,9 +363,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_bad_inputs, name)
     out = kwargs.get("out")
     written = out if isinstance(out, (tuple, list)) else [out]
     assert_rejected_without_writes(fn, kwargs, error, message, written)

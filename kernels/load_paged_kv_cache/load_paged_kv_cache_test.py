@@ -17,7 +17,7 @@ import torch
 
 from kernels.load_paged_kv_cache import api, ref
 from kernels.store_kv_cache import layout
-from testing.numeric import FINITE_POISON, as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import FINITE_POISON, as_bits, assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, poisoned
 
 KINDS = ["bf16", "fp4", "fp8"]
 _BF16_NAN = 0x7FC0
@@ -520,9 +520,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, kwargs, error, message = case_named(_bad_inputs, name)
     written = [kwargs.get("out"), kwargs.get("cu_seqlens")]
     assert_rejected_without_writes(api.load_paged_kv_cache, kwargs, error, message, [w for w in written if w is not None and w is not kwargs["cache"]])
 

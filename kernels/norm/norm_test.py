@@ -29,7 +29,7 @@ import torch
 
 from kernels.norm import api, ref
 from kernels.quant import formats
-from testing.numeric import FINITE_POISON, as_bits, assert_bitwise_equal, assert_rejected_without_writes, poisoned, ulp_distance
+from testing.numeric import FINITE_POISON, as_bits, assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, poisoned, ulp_distance
 
 DTYPES = list(api.DTYPES)
 FP32_ORACLE_ULP = 8
@@ -343,9 +343,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_bad_inputs, name)
     assert_rejected_without_writes(fn, kwargs, error, message, [kwargs.get(k) for k in ("out", "residual")])
 
 
@@ -648,9 +648,9 @@ def _fp8_bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _fp8_bad_inputs(), ids=lambda c: c[0])
-def test_fp8_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_fp8_bad_inputs))
+def test_fp8_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_fp8_bad_inputs, name)
     written = [kwargs.get(k) for k in ("out", "scale_out", "y_out", "residual")]
     assert_rejected_without_writes(fn, kwargs, error, message, written)
 

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernels.outlier_detection import api, ref
 from testing.graphs import capture_each_after_warm_up, counters_left_zero, dirty_graph_pool, later_first
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, poisoned
 
 DTYPES = list(api.DTYPES)
 NAN, INF = math.nan, math.inf
@@ -390,9 +390,9 @@ def _written(out) -> list[torch.Tensor]:
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_bad_inputs, name)
     assert_rejected_without_writes(fn, kwargs, error, message, _written(kwargs.get("out")))
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernels.quant import api, formats, ref
-from testing.numeric import BYTE_POISONS, as_bits, assert_bitwise_equal, assert_rejected_without_writes, byte_poisoned, poisoned
+from testing.numeric import BYTE_POISONS, as_bits, assert_bitwise_equal, assert_rejected_without_writes, byte_poisoned, case_named, case_names, poisoned
 
 F32 = np.float32
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -713,9 +713,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_bad_inputs, name)
     assert_rejected_without_writes(fn, kwargs, error, message, [kwargs.get(k) for k in ("out", "scale_out")])
 
 

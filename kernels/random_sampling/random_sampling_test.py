@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernels.random_sampling import api, ref
 from testing.graphs import counters_left_zero
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, assert_ulp_close, chi2_critical, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, assert_ulp_close, case_named, case_names, chi2_critical, poisoned
 
 MASK = 0xFFFFFFFF
 I64 = torch.int64
@@ -361,9 +361,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, fn, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, fn, kwargs, error, message = case_named(_bad_inputs, name)
     assert_rejected_without_writes(fn, kwargs, error, message, [kwargs["out"]])
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from kernels.store_kv_cache import api, layout, ref
-from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, poisoned
+from testing.numeric import assert_bitwise_equal, assert_rejected_without_writes, case_named, case_names, poisoned
 
 F32 = np.float32
 NAN, INF = math.nan, math.inf
@@ -413,9 +413,9 @@ def _bad_inputs():
 
 
 @pytest.mark.ref
-@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
-def test_bad_input_raises_and_writes_nothing(case):
-    _, kwargs, error, message = case
+@pytest.mark.parametrize("name", case_names(_bad_inputs))
+def test_bad_input_raises_and_writes_nothing(name):
+    _, kwargs, error, message = case_named(_bad_inputs, name)
     if kwargs.get("slot_mapping") is None:
         kwargs = dict(kwargs, slot_mapping=kwargs["cache"].view(torch.uint8).view(-1)[:32].view(torch.int64))
     written = [t for t in (kwargs.get("cache"), kwargs.get("v_cache"), kwargs.get("out_of_range")) if isinstance(t, torch.Tensor)]
