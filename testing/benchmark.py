@@ -57,7 +57,7 @@ CLI::
 
     python -m testing.benchmark --kernels gather[,other] [--refresh-baselines]
         [--refresh-memory] [--missing report|fail] [--method cuda_graph|profiler]
-        [--repeat-runs 2] [--json OUT.json] [--cases-filter substr]
+        [--repeat-runs 2] [--json OUT.json] [--cases-filter REGEX]
         [--inject-extra-pass] [--baseline-dir DIR] [--memory-dir DIR]
         [--time-budget SECONDS]
 
@@ -883,14 +883,15 @@ def check_xdist_allowed(env: Mapping[str, str] | None = None) -> tuple[bool, str
 
 
 def load_cases(kernels: Sequence[str], cases_filter: str | None = None) -> list[BenchCase]:
-    """Import ``kernels.<name>.<name>_bench`` and collect its cases (filtered by substring)."""
+    """Import ``kernels.<name>.<name>_bench`` and collect its cases: with a filter, those whose id it
+    matches somewhere (``re.search``: a plain substring, or alternatives such as ``t(1|8)_d``)."""
     cases: list[BenchCase] = []
     for name in kernels:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"invalid kernel name {name!r}")
         module = importlib.import_module(f"kernels.{name}.{name}_bench")
         for case in module.cases():
-            if cases_filter and cases_filter not in case.case_id:
+            if cases_filter and not re.search(cases_filter, case.case_id):
                 continue
             cases.append(case)
     return cases
@@ -910,7 +911,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--method", choices=_timer.METHODS, default="cuda_graph")
     p.add_argument("--repeat-runs", type=int, default=1, help="measure everything N times in this process and print the run-to-run spread")
     p.add_argument("--json", dest="json_out", default=None, help="write all results to this JSON file")
-    p.add_argument("--cases-filter", default=None, help="only cases whose id contains this substring")
+    p.add_argument("--cases-filter", default=None, help="only cases whose id this regular expression matches somewhere (re.search)")
     p.add_argument(
         "--inject-extra-pass",
         action="store_true",

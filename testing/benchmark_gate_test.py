@@ -10,6 +10,7 @@ import math
 import os
 import random
 import statistics
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -651,7 +652,8 @@ def test_cli_end_to_end_with_a_fake_device(tmp_path, monkeypatch, capsys):
         fake.case("big", 200.0, 64 * MIB, {"torch_eager": 300.0, "torch_compile": None}),
         fake.case("small", 8.0, 2 * MIB, {"torch_eager": 20.0, "torch_compile": 9.0}),
     ]
-    monkeypatch.setattr(bm, "load_cases", lambda kernels, flt=None: [c for c in cases if not flt or flt in c.case_id])
+    # The real load_cases, over a bench module that holds these cases.
+    monkeypatch.setitem(sys.modules, "kernels.fake.fake_bench", SimpleNamespace(cases=lambda: cases))
     dirs = ["--baseline-dir", str(tmp_path / "base"), "--memory-dir", str(tmp_path / "mem")]
     out_json = tmp_path / "out.json"
 
@@ -700,6 +702,19 @@ def test_cli_end_to_end_with_a_fake_device(tmp_path, monkeypatch, capsys):
     assert bm.main(["--kernels", "fake", "--cases-filter", "big", "--refresh-memory", *dirs]) == 0
     mem = bm.load_jsonl(tmp_path / "mem" / "nvidia-h200" / "fake.jsonl")
     assert mem["big"]["peak_extra_bytes"] == 96 * MIB and mem["small"]["peak_extra_bytes"] == 2 * MIB
+
+
+def test_cases_filter_is_a_regular_expression_searched_in_the_id(monkeypatch):
+    ids = ["t1_d7168", "add_t1_d7168", "t16384_d7168", "t8_d4096", "fp8_t64_d7168"]
+    monkeypatch.setitem(sys.modules, "kernels.fake.fake_bench", SimpleNamespace(cases=lambda: [SimpleNamespace(case_id=i) for i in ids]))
+
+    def picked(flt):
+        return [c.case_id for c in bm.load_cases(["fake"], flt)]
+
+    assert picked(None) == ids
+    assert picked("t1_d") == ["t1_d7168", "add_t1_d7168"]
+    assert picked("t(1|8)_d") == ["t1_d7168", "add_t1_d7168", "t8_d4096"]
+    assert picked("^t1") == ["t1_d7168", "t16384_d7168"]
 
 
 def test_time_budget_keeps_the_cases_it_measured(tmp_path, monkeypatch, capsys):

@@ -6,8 +6,10 @@
 #   TEST_KERNELS="sampler fused_sample" GPU0_KERNELS=fused_sample GPU1_KERNELS=sampler BUDGET=540 \
 #     bash tools/gpu/verify.sh
 # TEST_K (optional) is passed to pytest as -k. A bench entry KERNEL:FILTER runs only the cases whose
-# id contains FILTER (--cases-filter); the baseline file merges per case, so a kernel whose bench
-# does not fit one process can be listed several times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
+# id the regular expression FILTER matches (--cases-filter; norm:'t(1|8)_d' runs the decode sizes 1
+# and 8 in one process, which pays the ceiling and empty-kernel measurements once); the baseline
+# file merges per case, so a kernel whose bench does not fit one process can be listed several
+# times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
 # A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run. Back here, fold the
 # measured cases of one or more calls into the tree with
 #   python3 -m testing.device_results CALL1/results.tar CALL2/results.tar
@@ -55,7 +57,7 @@ bench() {  # gpu [tree/]kernel[:cases-filter]
     tree=$(tree_of "$2")
     # A branch's bench files are tree_*: testing.device_results folds only bench_* unless told.
     [ "$tree" != . ] && kind=tree
-    name=${kind}_${2//[\/:]/_}
+    name=${kind}_${2//[^A-Za-z0-9_.-]/_}
     local kernel=${entry%%:*}
     [ "$kernel" != "$entry" ] && filter=(--cases-filter "${entry#*:}")
     [ $left -lt 20 ] && { echo "gpu$1 $2: no time left"; return; }
