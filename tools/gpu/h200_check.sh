@@ -14,7 +14,7 @@
 #                on GPU 0 alone, fresh per-worker TileLang caches each; bindings, GPU use sampled by
 #                nvidia-smi, wall times, a test-by-test comparison; the benchmark refusal under xdist
 # Knobs of the basic steps: KERNELS="quant norm" (the packages), TESTS_K (a pytest -k filter of the
-# device tests), MEMCHECK=0 (skip compute-sanitizer), BENCH_FILTER (a --cases-filter substring),
+# device tests), MEMCHECK=0 (skip compute-sanitizer), BENCH_FILTER (a --cases-filter regular expression),
 # WORKERS (pytest-xdist workers of the device tests, default 15).
 # Results go to $OUT.
 set -uo pipefail
