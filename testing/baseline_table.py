@@ -24,23 +24,32 @@ _DIR = "benchmark_baselines"
 _FIRST_PEERS = ("torch_eager", "torch_compile")
 
 
+def _span(values: Sequence[float], fmt: str) -> str:
+    """"a" when every value prints the same, "lo-hi" otherwise, "-" for none."""
+    printed = [format(v, fmt) for v in sorted(values)]
+    return "-" if not printed else printed[0] if printed[0] == printed[-1] else f"{printed[0]}-{printed[-1]}"
+
+
 def kernel_table(kernel: str, records: Sequence[Mapping[str, Any]]) -> str:
-    """One kernel's records as a Markdown table: time, GB/s, % ceiling, each peer's time and the
-    kernel's speed-up over it (> 1: the kernel is faster), with the run's copy ceiling range."""
+    """One kernel's records as a Markdown table: time, GB/s, % ceiling, the time over the same
+    run's empty-kernel graph replay (records from before it was kept have none), each peer's time
+    and the kernel's speed-up over it (> 1: the kernel is faster), with the runs' copy ceiling
+    and empty-kernel ranges."""
     named = peer_names(records)
     peers = [p for p in _FIRST_PEERS if p in named] + [p for p in named if p not in _FIRST_PEERS]
-    headers = ["case", "us", "GB/s", "% ceiling", *(f"{p} us" for p in peers), *(f"x {p}" for p in peers)]
+    headers = ["case", "us", "GB/s", "% ceiling", "x empty kernel", *(f"{p} us" for p in peers), *(f"x {p}" for p in peers)]
     rows = []
     for rec in records:
-        t = rec.get("time_us")
+        t, empty = rec.get("time_us"), rec.get("empty_kernel_us")
         row = [rec["case_id"], _fmt_us(t), _fmt(rec.get("bandwidth_gbs"), ".0f"), _fmt(rec.get("pct_ceiling"), ".1f")]
+        row.append(f"{t / empty:.2f}" if t and empty else "-")
         row += [_fmt_us(peer_time(rec, p)) for p in peers]
         row += [f"{peer_time(rec, p) / t:.2f}" if peer_time(rec, p) and t else "-" for p in peers]
         rows.append(row)
-    ceilings = sorted(float(r["ceiling_gbs"]) for r in records if r.get("ceiling_gbs"))
-    span = f"{ceilings[0]:.0f}" if ceilings and round(ceilings[0]) == round(ceilings[-1]) else (f"{ceilings[0]:.0f}-{ceilings[-1]:.0f}" if ceilings else "-")
+    ceilings = _span([float(r["ceiling_gbs"]) for r in records if r.get("ceiling_gbs")], ".0f")
+    empties = _span([float(r["empty_kernel_us"]) for r in records if r.get("empty_kernel_us")], ".2f")
     devices = sorted({str(r.get("device", "?")) for r in records})
-    title = f"### {kernel} ({', '.join(devices)}; {len(records)} cases; copy ceiling {span} GB/s)"
+    title = f"### {kernel} ({', '.join(devices)}; {len(records)} cases; copy ceiling {ceilings} GB/s; empty kernel {empties} us)"
     lines = [title, "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)

@@ -1001,6 +1001,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for rec in records:
         rec["device_slug"] = slug
+        # Kept with each case (and so in its baseline), like the ceiling: the issues judge
+        # decode sizes against an empty kernel's graph replay on the same run.
+        rec["empty_kernel_us"] = floor_us
 
     base_override = _user_path(args.baseline_dir) if args.baseline_dir else None
     mem_override = _user_path(args.memory_dir) if args.memory_dir else None

@@ -673,6 +673,8 @@ def test_cli_end_to_end_with_a_fake_device(tmp_path, monkeypatch, capsys):
     assert base["big"]["peers"]["torch_compile"]["skipped"].startswith("failed to run: RuntimeError: torch.compile could not trace")
     assert math.isclose(base["small"]["bandwidth_gbs"], 8.0 * 4e6 / 8.0 / 1e3)
     assert math.isclose(base["small"]["pct_ceiling"], 100 * base["small"]["bandwidth_gbs"] / 4000.0)
+    # The run's empty-kernel floor stays with each case's baseline.
+    assert base["big"]["empty_kernel_us"] == base["small"]["empty_kernel_us"] == 2.0
     assert math.isclose(base["big"]["peers"][bm.SAME_BYTES_COPY]["time_us"], 100.0)
     assert math.isclose(base["small"]["peers"][bm.SAME_BYTES_COPY]["bandwidth_gbs"], 2 * base["small"]["bandwidth_gbs"])
     payload = json.loads(out_json.read_text())
