@@ -570,7 +570,7 @@ def format_report(reports: Sequence[CaseReport]) -> str:
     """End-of-run table: one row per case, then the geometric-mean row."""
     records = [r.record for r in reports]
     peers = peer_names(records)
-    headers = ["case", "us", "GB/s", "%ceil"]
+    headers = ["case", "us", "GB/s", "%ceil", "xempty"]
     headers += [f"{p} us" for p in peers]
     headers += [f"x{p}" for p in peers]
     headers += ["base us", "delta%", "mem MiB", "verdict"]
@@ -579,6 +579,8 @@ def format_report(reports: Sequence[CaseReport]) -> str:
         rec = rep.record
         t = rec.get("time_us")
         row = [f"{rec['kernel']}/{rec['case_id']}", _fmt_us(t), _fmt(rec.get("bandwidth_gbs"), ".0f"), _fmt(rec.get("pct_ceiling"), ".1f")]
+        empty = rec.get("empty_kernel_us")
+        row.append(f"{t / empty:.2f}" if (t and empty) else "-")
         for p in peers:
             entry = (rec.get("peers") or {}).get(p)
             row.append(_fmt_us(peer_time(rec, p)) if entry and "time_us" in entry else ("skip" if entry else "-"))
@@ -592,13 +594,16 @@ def format_report(reports: Sequence[CaseReport]) -> str:
         rows.append(row)
     summ = summary_row(records)
     if summ["n"]:
-        row = ["geomean", _fmt_us(summ["time_us"]), "", ""]
+        row = ["geomean", _fmt_us(summ["time_us"]), "", "", ""]
         row += [_fmt_us(summ["peers"][p]["time_us"]) if p in summ["peers"] else "-" for p in peers]
         row += [f"{summ['peers'][p]['speedup']:.2f}x" if p in summ["peers"] and summ["peers"][p]["n"] else "-" for p in peers]
         with_base = [rep.baseline_us for rep in reports if rep.baseline_us and rep.record.get("time_us")]
         row += [_fmt_us(geomean(with_base)) if with_base else "-", "", "", ""]
         rows.append(row)
-    legend = "us: median per call; xPEER = PEER us / kernel us (> 1: the kernel is faster); delta% vs baseline"
+    legend = (
+        "us: median per call; xempty = us / the run's empty-kernel graph replay (decode bars: <= 1.5); "
+        "xPEER = PEER us / kernel us (> 1: the kernel is faster); delta% vs baseline"
+    )
     return render_table(headers, rows) + "\n" + legend
 
 

@@ -371,21 +371,23 @@ def test_format_report_table(rng):
     ]
     for r in records:
         r["bandwidth_gbs"], r["pct_ceiling"] = 1234.4, 28.7
+    records[0]["empty_kernel_us"] = 4.0  # the other record predates the empty kernel's keeping
     baselines = {"k/fast": {"time_us": 10.5}, "k/slow": {"time_us": 20.0}}
     reports = bm.evaluate(records, baselines, {}, bm.GateSettings())
     text = bm.format_report(reports)
     lines = text.splitlines()
-    assert lines[0].split()[:4] == ["case", "us", "GB/s", "%ceil"]
+    assert lines[0].split()[:5] == ["case", "us", "GB/s", "%ceil", "xempty"]
     assert "torch_eager" in lines[0] and "xtorch_compile" in lines[0]
     fast = next(line for line in lines if line.startswith("k/fast"))
     slow = next(line for line in lines if line.startswith("k/slow"))
     assert "4.00x" in fast and "skip" in fast and "-4.8" in fast
     assert "REGRESSION" in slow and "+50.0" in slow and "2.00x" in slow
+    assert fast.split()[4] == "2.50" and slow.split()[4] == "-"
     geo = next(line for line in lines if line.startswith("geomean"))
     assert f"{statistics.geometric_mean([10.0, 30.0]):.2f}" in geo
     assert f"{statistics.geometric_mean([4.0, 1.5]):.2f}x" in geo
-    # Fixed width: the separator spans the header, each row is no wider.
-    assert all(len(line) <= len(lines[1]) for line in lines)
+    # Fixed width: the separator spans the header, each row is no wider (the legend follows).
+    assert lines[-1].startswith("us: median per call") and all(len(line) <= len(lines[1]) for line in lines[:-1])
 
 
 def test_run_spread_and_combine_runs(rng):
