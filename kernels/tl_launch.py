@@ -11,7 +11,9 @@ The release comes after the wait, not before it: released first, each grid of a 
 the next launch as soon as its own blocks are resident, so the blocks of many later grids pile up
 waiting on the SMs and the running grid's later waves find no slots. On an H100 that made swa_index
 at W 4096, MTP 1, batch 64 take 7.21 us against 3.87 us launched plainly; released after the wait,
-3.27 us (testing/device_runs/nvidia-h100-80gb-hbm3/calls_2026-12-07f.md).
+3.27 us (testing/device_runs/nvidia-h100-80gb-hbm3/calls_2026-12-07f.md). Over 15 decode cases of 7
+kernels the release after the wait gains up to 3.94 us and loses at most 0.10 us (a 64-token bf16
+KV store, whose short work no longer hides the next launch; calls_2026-12-07g.md).
 
 A kernel that splits the entry into its two halves may prefetch into L2 before it waits (norm's
 weight): that DRAM round trip overlaps the grid before it too.
