@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testing.benchmark import _fmt, _fmt_us, find_profile_file, load_jsonl, peer_names, peer_time
+from testing.benchmark import _fmt, _fmt_ratio, _fmt_us, find_profile_file, load_jsonl, peer_names, peer_time
 
 DEFAULT_DEVICE = "nvidia-h200"
 _DIR = "benchmark_baselines"
@@ -40,11 +40,11 @@ def kernel_table(kernel: str, records: Sequence[Mapping[str, Any]]) -> str:
     headers = ["case", "us", "GB/s", "% ceiling", "x empty kernel", *(f"{p} us" for p in peers), *(f"x {p}" for p in peers)]
     rows = []
     for rec in records:
-        t, empty = rec.get("time_us"), rec.get("empty_kernel_us")
+        t = rec.get("time_us")
         row = [rec["case_id"], _fmt_us(t), _fmt(rec.get("bandwidth_gbs"), ".0f"), _fmt(rec.get("pct_ceiling"), ".1f")]
-        row.append(f"{t / empty:.2f}" if t and empty else "-")
+        row.append(_fmt_ratio(t, rec.get("empty_kernel_us")))
         row += [_fmt_us(peer_time(rec, p)) for p in peers]
-        row += [f"{peer_time(rec, p) / t:.2f}" if peer_time(rec, p) and t else "-" for p in peers]
+        row += [_fmt_ratio(peer_time(rec, p), t) for p in peers]
         rows.append(row)
     ceilings = _span([float(r["ceiling_gbs"]) for r in records if r.get("ceiling_gbs")], ".0f")
     empties = _span([float(r["empty_kernel_us"]) for r in records if r.get("empty_kernel_us")], ".2f")

@@ -551,6 +551,11 @@ def _fmt(v: float | None, spec: str) -> str:
     return format(v, spec)
 
 
+def _fmt_ratio(num: float | None, den: float | None, suffix: str = "") -> str:
+    """num / den to two decimals, "-" when either is missing or zero."""
+    return f"{num / den:.2f}{suffix}" if num and den else "-"
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Fixed-width plain-text table; first column left-aligned, others right-aligned."""
     widths = [len(h) for h in headers]
@@ -579,14 +584,11 @@ def format_report(reports: Sequence[CaseReport]) -> str:
         rec = rep.record
         t = rec.get("time_us")
         row = [f"{rec['kernel']}/{rec['case_id']}", _fmt_us(t), _fmt(rec.get("bandwidth_gbs"), ".0f"), _fmt(rec.get("pct_ceiling"), ".1f")]
-        empty = rec.get("empty_kernel_us")
-        row.append(f"{t / empty:.2f}" if (t and empty) else "-")
+        row.append(_fmt_ratio(t, rec.get("empty_kernel_us")))
         for p in peers:
             entry = (rec.get("peers") or {}).get(p)
             row.append(_fmt_us(peer_time(rec, p)) if entry and "time_us" in entry else ("skip" if entry else "-"))
-        for p in peers:
-            pt = peer_time(rec, p)
-            row.append(f"{pt / t:.2f}x" if (pt and t) else "-")
+        row += [_fmt_ratio(peer_time(rec, p), t, "x") for p in peers]
         row.append(_fmt_us(rep.baseline_us))
         row.append(f"{(t - rep.baseline_us) / rep.baseline_us * 100:+.1f}" if (t and rep.baseline_us) else "-")
         row.append(_mib(rec["peak_extra_bytes"]) if rec.get("peak_extra_bytes") is not None else "-")

@@ -7,9 +7,10 @@
 #     bash tools/gpu/verify.sh
 # TEST_K (optional) is passed to pytest as -k. A bench entry KERNEL:FILTER runs only the cases whose
 # id the regular expression FILTER matches (--cases-filter; norm:'t(1|8)_d' runs the decode sizes 1
-# and 8 in one process, which pays the ceiling and empty-kernel measurements once); the baseline
-# file merges per case, so a kernel whose bench does not fit one process can be listed several
-# times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
+# and 8 in one process, which pays its start, the ceiling and empty-kernel measurements and the
+# first compiles once: on an H100 a process's first case took 16-35 s, later ones mostly under
+# 7 s); the baseline file merges per case, so a kernel whose bench does not fit one process can be
+# listed several times (GPU0_KERNELS="swa_index:_w128 swa_index:_w512").
 # A GPU with no kernels to bench (GPU1_KERNELS="") makes this a one-GPU run. Back here, fold the
 # measured cases of one or more calls into the tree with
 #   python3 -m testing.device_results CALL1/results.tar CALL2/results.tar
