@@ -236,6 +236,12 @@ def test_ref_worked_example():
     got = _ref(dict(args, cu_draft_lens=torch.tensor([-3, -1, 2, 6])), 0.5)
     assert got.proposal_len.tolist() == [0, 2, 1] and got.expected_len.tolist() == [0.0, 0.75, 0.5]
     assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
+    # The oracles, written apart from ref.py, agree on every output of these hand-read cases.
+    for cu, threshold in [(None, 0.5), (None, 0.6), (None, 0.0), ([2, 4, 9], 0.5), ([-3, -1, 2, 6], 0.5)]:
+        case = args if cu is None else dict(args, cu_draft_lens=torch.tensor(cu))
+        got = _ref(case, threshold)
+        assert_confidence_close(got.confidence, case)
+        assert_derived_exact(got, got.confidence, case, threshold, what=f"cu {cu} threshold {threshold}")
 
 
 @pytest.mark.ref

@@ -155,6 +155,10 @@ def test_ref_worked_example():
     assert first.tolist() == [1, 3, 0]  # clamped to max_blocks
     _, vlen, first, start, _ = ref.swa_index_ref(qsl, pos, table, lens, 100, 4, "minus_one")
     assert vlen.tolist() == [0, 6, 7, 5, 13, 0] and first.tolist() == [0, 0, 0] and start.tolist() == [0, 0, 0]
+    # The oracle, written apart from ref.py, agrees on every output of these hand-read cases.
+    for window, pad in [(3, "minus_one"), (3, "repeat"), (1, "minus_one"), (100, "minus_one")]:
+        got = ref.swa_index_ref(qsl, pos, table, lens, window, 4, pad)
+        assert_matches_oracle(got, oracle(qsl, pos, table, lens, window, 4, pad), what=f"W {window} {pad}")
 
 
 @pytest.mark.ref
