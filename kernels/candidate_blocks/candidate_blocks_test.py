@@ -156,6 +156,12 @@ def test_ref_edge_rules():
     assert ref.candidate_blocks_ref(scores, torch.tensor([-4]), 2).tolist() == [[-1, -1]]
     assert ref.candidate_blocks_ref(scores, torch.tensor([99]), 9).tolist() == [[0, 1, 2, 3, 4, 5, 6, 7, -1]]
     assert ref.candidate_blocks_ref(scores, torch.tensor([3]), 5).tolist() == [[0, 1, 2, -1, -1]]
+    # The oracle, written apart from ref.py, agrees on each of these hand-read cases.
+    hand_read = [(8, 3, 0, 0), (8, 4, 0, 0), (8, 6, 0, 0), (8, 7, 0, 0), (8, 3, 1, 3), (8, 2, 2, 3), (8, 4, 1, 1)]
+    hand_read += [(5, 2, 0, 1), (-4, 2, 0, 0), (99, 9, 0, 0), (3, 5, 0, 0)]
+    for n, k, sink, local in hand_read:
+        got = ref.candidate_blocks_ref(scores, torch.tensor([n]), k, sink, local)
+        assert_matches(got, oracle(scores, torch.tensor([n]), k, sink, local), f"n {n} k {k} sink {sink} local {local}")
 
 
 @pytest.mark.ref

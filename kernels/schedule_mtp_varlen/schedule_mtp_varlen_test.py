@@ -167,6 +167,9 @@ def test_ref_zero_length_and_inactive_requests():
     none = ref.schedule_mtp_varlen_ref(torch.full((4,), -1), torch.zeros(4), k, bs, 3)
     assert none.query_start_loc.tolist() == [0] * 5 and none.num_splits.tolist() == [0] * 5
     assert none.tile_metadata[:, 0].tolist() == [-1] * 3 and none.positions.tolist() == [-1] * 12
+    # The oracle, written apart from ref.py, agrees on both hand-read batches.
+    assert_schedule(got, oracle(s, a, k, bs, 3, 12), "inactive requests")
+    assert_schedule(none, oracle(torch.full((4,), -1), torch.zeros(4), k, bs, 3), "every request inactive")
 
 
 @pytest.mark.ref
