@@ -146,6 +146,7 @@ def test_ref_slot_mapping_invalid_entries():
     got = ref.slot_mapping_ref(qsl, pos, table, 16)
     assert got.tolist() == [-1, 83, -1, 127, -1, -1, 48, -1]
     assert got.dtype == torch.int64
+    as_list_equal(got, oracle_slots(qsl, pos, table, 16, 8), torch.int64, "slots against the oracle")
     # A kernel block size k dividing block_size gives the same slots from the kernel-block table.
     k, r = 4, 4
     kernel_table = (table[:, :, None] * r + torch.arange(r, dtype=torch.int32)).reshape(2, -1)
@@ -177,6 +178,10 @@ def test_ref_paged_edge_lengths():
     indptr, indices, last = ref.paged_kv_indices_ref(table, lens2, 64, 64)
     assert indptr.tolist() == [0, 1, 3, 4, 5] and last.tolist() == [64, 1, 63, 1]
     assert indices.tolist()[:5] == [3, 4, -1, 6, 2]
+    # The oracle, written apart from ref.py, agrees on every output of both hand-read tables.
+    for ls, page_size in [(lens, 32), (lens2, 64)]:
+        for name, g, e in zip(api.PAGED_OUTPUTS, ref.paged_kv_indices_ref(table, ls, 64, page_size), oracle_paged(table, ls, 64, page_size)):
+            as_list_equal(g, e, torch.int32, f"{name}, page size {page_size}")
 
 
 @pytest.mark.ref
@@ -195,6 +200,14 @@ def test_ref_ids_past_int32():
     # and 2**32 + 1, which an int32 truncation would turn into the valid 0 and 1.
     batch, pos = ref.batch_indices_positions_ref(torch.tensor([0, 3, 5]), torch.tensor([2**31 + 1, 2**32 + 2]), 5)
     assert batch.tolist() == [0, 0, -1, -1, -1] and pos.tolist() == [2**31 - 2, 2**31 - 1, -1, -1, -1]
+    # The oracles, written apart from ref.py, agree on these hand-read cases.
+    as_list_equal(slots, oracle_slots(torch.tensor([0, 3]), torch.tensor([63, 64, 130]), table, 64, 3), torch.int64, "slots")
+    for blocks, length, block_size in [([2**29 - 1, 2**29], 128, 64), ([715827882], 48, 48)]:
+        t = torch.tensor([blocks], dtype=torch.int32)
+        _, indices, _ = ref.paged_kv_indices_ref(t, torch.tensor([length]), block_size, 16)
+        as_list_equal(indices, oracle_paged(t, torch.tensor([length]), block_size, 16)[1], torch.int32, f"pages of {blocks}")
+    expected_batch, expected_pos = oracle_append(torch.tensor([0, 3, 5]), torch.tensor([2**31 + 1, 2**32 + 2]), 5)
+    assert batch.tolist() == expected_batch and pos.tolist() == expected_pos
 
 
 @pytest.mark.ref
