@@ -141,27 +141,27 @@ def test_ref_block_table_matches_oracle(req_dtype):
 def test_ref_edge_rules():
     nan, inf = math.nan, math.inf
     scores = torch.tensor([[nan, -inf, 0.0, -0.0, 5.0, nan, inf, 1.0]])
-    n_t = torch.tensor([8])
+
+    def picked(n, k, num_sink=0, num_local=0):
+        """The reference's ids as lists, which the oracle (written apart from ref.py) must also give."""
+        got = ref.candidate_blocks_ref(scores, torch.tensor([n]), k, num_sink=num_sink, num_local=num_local)
+        assert_matches(got, oracle(scores, torch.tensor([n]), k, num_sink, num_local), f"n {n} k {k} sink {num_sink} local {num_local}")
+        return got.tolist()
+
     # No forced blocks: +inf, 5, 1, then the zeros tie (lower id), then -inf, NaN last.
-    assert ref.candidate_blocks_ref(scores, n_t, 3).tolist() == [[4, 6, 7]]
-    assert ref.candidate_blocks_ref(scores, n_t, 4).tolist() == [[2, 4, 6, 7]]
-    assert ref.candidate_blocks_ref(scores, n_t, 6).tolist() == [[1, 2, 3, 4, 6, 7]]
-    assert ref.candidate_blocks_ref(scores, n_t, 7).tolist() == [[0, 1, 2, 3, 4, 6, 7]]
+    assert picked(8, 3) == [[4, 6, 7]]
+    assert picked(8, 4) == [[2, 4, 6, 7]]
+    assert picked(8, 6) == [[1, 2, 3, 4, 6, 7]]
+    assert picked(8, 7) == [[0, 1, 2, 3, 4, 6, 7]]
     # Forced blocks first: sinks, then local blocks newest first, then scores.
-    assert ref.candidate_blocks_ref(scores, n_t, 3, num_sink=1, num_local=3).tolist() == [[0, 6, 7]]
-    assert ref.candidate_blocks_ref(scores, n_t, 2, num_sink=2, num_local=3).tolist() == [[0, 1]]
-    assert ref.candidate_blocks_ref(scores, n_t, 4, num_sink=1, num_local=1).tolist() == [[0, 4, 6, 7]]
+    assert picked(8, 3, num_sink=1, num_local=3) == [[0, 6, 7]]
+    assert picked(8, 2, num_sink=2, num_local=3) == [[0, 1]]
+    assert picked(8, 4, num_sink=1, num_local=1) == [[0, 4, 6, 7]]
     # The causal range: local blocks end at n - 1; clamped counts; n <= k keeps every candidate.
-    assert ref.candidate_blocks_ref(scores, torch.tensor([5]), 2, num_local=1).tolist() == [[2, 4]]
-    assert ref.candidate_blocks_ref(scores, torch.tensor([-4]), 2).tolist() == [[-1, -1]]
-    assert ref.candidate_blocks_ref(scores, torch.tensor([99]), 9).tolist() == [[0, 1, 2, 3, 4, 5, 6, 7, -1]]
-    assert ref.candidate_blocks_ref(scores, torch.tensor([3]), 5).tolist() == [[0, 1, 2, -1, -1]]
-    # The oracle, written apart from ref.py, agrees on each of these hand-read cases.
-    hand_read = [(8, 3, 0, 0), (8, 4, 0, 0), (8, 6, 0, 0), (8, 7, 0, 0), (8, 3, 1, 3), (8, 2, 2, 3), (8, 4, 1, 1)]
-    hand_read += [(5, 2, 0, 1), (-4, 2, 0, 0), (99, 9, 0, 0), (3, 5, 0, 0)]
-    for n, k, sink, local in hand_read:
-        got = ref.candidate_blocks_ref(scores, torch.tensor([n]), k, sink, local)
-        assert_matches(got, oracle(scores, torch.tensor([n]), k, sink, local), f"n {n} k {k} sink {sink} local {local}")
+    assert picked(5, 2, num_local=1) == [[2, 4]]
+    assert picked(-4, 2) == [[-1, -1]]
+    assert picked(99, 9) == [[0, 1, 2, 3, 4, 5, 6, 7, -1]]
+    assert picked(3, 5) == [[0, 1, 2, -1, -1]]
 
 
 @pytest.mark.ref

@@ -217,31 +217,34 @@ def test_ref_worked_example():
         draft_tokens=torch.tensor([10, 11, 12, 13, 14, 15]),
         cu_draft_lens=torch.tensor([0, 3, 3, 5]),  # requests of 3, 0 and 2 rows; row 5 is padding
     )
-    got = _ref(args, 0.5)
-    assert got.confidence.tolist() == [0.5, 0.5, 0.5, 0.0, 0.5, 0.5]
-    # Request 2 stops at its first position (invalid prev_token), whatever the threshold.
-    assert got.proposal_len.tolist() == [3, 0, 0] and got.expected_len.tolist() == [0.875, 0.0, 0.0]
-    assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
-    got = _ref(args, 0.6)
-    assert got.proposal_len.tolist() == [0, 0, 0] and got.expected_len.tolist() == [0.0, 0.0, 0.0]
-    assert got.tokens.tolist() == [-1] * 6
-    # Threshold 0 keeps every valid position; the invalid one still stops its request.
-    got = _ref(args, 0.0)
-    assert got.proposal_len.tolist() == [3, 0, 0] and got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
-    # Clamped tables: rows [2, 4) and [4, 6) (end 9 past N); rows 0 and 1 are padding.
-    got = _ref(dict(args, cu_draft_lens=torch.tensor([2, 4, 9])), 0.5)
-    assert got.proposal_len.tolist() == [1, 2] and got.expected_len.tolist() == [0.5, 0.75]
-    assert got.tokens.tolist() == [-1, -1, 12, -1, 14, 15]
-    # Negative entries clamp to 0: rows [0, 0), [0, 2) and [2, 6).
-    got = _ref(dict(args, cu_draft_lens=torch.tensor([-3, -1, 2, 6])), 0.5)
-    assert got.proposal_len.tolist() == [0, 2, 1] and got.expected_len.tolist() == [0.0, 0.75, 0.5]
-    assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
-    # The oracles, written apart from ref.py, agree on every output of these hand-read cases.
-    for cu, threshold in [(None, 0.5), (None, 0.6), (None, 0.0), ([2, 4, 9], 0.5), ([-3, -1, 2, 6], 0.5)]:
+
+    def derived(threshold, cu=None):
+        """The reference's outputs, which the oracles (written apart from ref.py) must also give."""
         case = args if cu is None else dict(args, cu_draft_lens=torch.tensor(cu))
         got = _ref(case, threshold)
         assert_confidence_close(got.confidence, case)
         assert_derived_exact(got, got.confidence, case, threshold, what=f"cu {cu} threshold {threshold}")
+        return got
+
+    got = derived(0.5)
+    assert got.confidence.tolist() == [0.5, 0.5, 0.5, 0.0, 0.5, 0.5]
+    # Request 2 stops at its first position (invalid prev_token), whatever the threshold.
+    assert got.proposal_len.tolist() == [3, 0, 0] and got.expected_len.tolist() == [0.875, 0.0, 0.0]
+    assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
+    got = derived(0.6)
+    assert got.proposal_len.tolist() == [0, 0, 0] and got.expected_len.tolist() == [0.0, 0.0, 0.0]
+    assert got.tokens.tolist() == [-1] * 6
+    # Threshold 0 keeps every valid position; the invalid one still stops its request.
+    got = derived(0.0)
+    assert got.proposal_len.tolist() == [3, 0, 0] and got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
+    # Clamped tables: rows [2, 4) and [4, 6) (end 9 past N); rows 0 and 1 are padding.
+    got = derived(0.5, [2, 4, 9])
+    assert got.proposal_len.tolist() == [1, 2] and got.expected_len.tolist() == [0.5, 0.75]
+    assert got.tokens.tolist() == [-1, -1, 12, -1, 14, 15]
+    # Negative entries clamp to 0: rows [0, 0), [0, 2) and [2, 6).
+    got = derived(0.5, [-3, -1, 2, 6])
+    assert got.proposal_len.tolist() == [0, 2, 1] and got.expected_len.tolist() == [0.0, 0.75, 0.5]
+    assert got.tokens.tolist() == [10, 11, 12, -1, -1, -1]
 
 
 @pytest.mark.ref

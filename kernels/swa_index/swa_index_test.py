@@ -142,23 +142,26 @@ def test_ref_worked_example():
     qsl = torch.tensor([1, 3, 5, 5])  # token 0 is padding before the first request; request 2 has no tokens
     pos = torch.tensor([0, 5, 6, 4, 12, 2])  # request 1's tokens at 4 (hole block) and 12 (past the table)
     lens = torch.tensor([7, 13, -2])
-    slots, vlen, first, start, end = ref.swa_index_ref(qsl, pos, table, lens, 3, 4, "minus_one")
+
+    def swa(window, pad):
+        """The reference's outputs, which the oracle (written apart from ref.py) must also give."""
+        got = ref.swa_index_ref(qsl, pos, table, lens, window, 4, pad)
+        assert_matches_oracle(got, oracle(qsl, pos, table, lens, window, 4, pad), what=f"W {window} {pad}")
+        return got
+
+    slots, vlen, first, start, end = swa(3, "minus_one")
     assert vlen.tolist() == [0, 3, 3, 3, 3, 0]
     assert slots.tolist() == [[-1] * 3, [15, 4, 5], [4, 5, 6], [18, 19, -1], [10, 11, -1], [-1] * 3]
     assert first.tolist() == [1, 2, 0] and start.tolist() == [4, 10, 0] and end.tolist() == [7, 13, 0]
-    slots, *_ = ref.swa_index_ref(qsl, pos, table, lens, 3, 4, "repeat")
+    slots, *_ = swa(3, "repeat")
     # The own slot of position 4 is in a hole, 12 past the table: those rows fill with 0.
     assert slots.tolist() == [[0] * 3, [15, 4, 5], [4, 5, 6], [18, 19, 0], [10, 11, 0], [0] * 3]
     # W = 1: only the token's own slot; a window wider than the sequence: valid_len = pos + 1.
-    slots, vlen, first, *_ = ref.swa_index_ref(qsl, pos, table, lens, 1, 4, "minus_one")
+    slots, vlen, first, *_ = swa(1, "minus_one")
     assert slots.flatten().tolist() == [-1, 5, 6, -1, -1, -1] and vlen.tolist() == [0, 1, 1, 1, 1, 0]
     assert first.tolist() == [1, 3, 0]  # clamped to max_blocks
-    _, vlen, first, start, _ = ref.swa_index_ref(qsl, pos, table, lens, 100, 4, "minus_one")
+    _, vlen, first, start, _ = swa(100, "minus_one")
     assert vlen.tolist() == [0, 6, 7, 5, 13, 0] and first.tolist() == [0, 0, 0] and start.tolist() == [0, 0, 0]
-    # The oracle, written apart from ref.py, agrees on every output of these hand-read cases.
-    for window, pad in [(3, "minus_one"), (3, "repeat"), (1, "minus_one"), (100, "minus_one")]:
-        got = ref.swa_index_ref(qsl, pos, table, lens, window, 4, pad)
-        assert_matches_oracle(got, oracle(qsl, pos, table, lens, window, 4, pad), what=f"W {window} {pad}")
 
 
 @pytest.mark.ref
