@@ -103,9 +103,8 @@ _MAX_THREADS = 1024
 _BLOCK_THREADS = 128
 # Vectors one lane keeps in flight per operand (4 x 16 B; K and V together 128 B = 32 registers).
 _MAX_STEPS = 4
-# Quantised records: lanes per token and latent values per lane.
+# Quantised records: lanes per token (a power of two, at most a warp: a scale group's lanes shuffle).
 _RECORD_LANES = 16
-_LANE_VALUES = LATENT // _RECORD_LANES
 
 
 def _check_common(name: str, index_dtype: str, block_size: int, x_align: int) -> None:
@@ -349,12 +348,16 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
         raise ValueError(f"{name}: block_stride {block_stride} is smaller than a block of {block_size} x {rec} bytes")
     load_bytes, svec = record_vector_bytes(kv_stride, block_stride, layout, x_align)
     lvec = load_bytes // 2
-    n = _LANE_VALUES
     lanes = _RECORD_LANES
+    n = LATENT // lanes  # latent values per lane
+    group_lanes = max(1, layout.group // n)  # lanes sharing one scale: they reduce by xor shuffles
+    if n > layout.group or n % lvec:
+        raise ValueError(f"{name}: {lanes} lanes per token cut the latent into {n} values, not a divisor of the group {layout.group} or a multiple of {lvec}")
     rows = _BLOCK_THREADS // lanes
     fp4 = layout is FP4
-    shuffles = int(math.log2(layout.group // n))
+    shuffles = int(math.log2(group_lanes))
     out_bytes = n // 2 if fp4 else n
+    code_svec = math.gcd(svec, out_bytes)
     rope_vectors = ROPE // lvec
     rope_steps = -(-rope_vectors // lanes)
     rope_svec = math.gcd(svec, 2 * lvec)
@@ -414,7 +417,8 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                             rope[s, v] = kv[row, LATENT + (lane + s * lanes) * lvec + v]
                 for q in T.unroll(n // 2):
                     amax[0] = F.abs_max(F.abs_max(amax[0], F.bf16_pair_value(pairs[q], 0)), F.bf16_pair_value(pairs[q], 1))
-            # A group of 128 spans 4 lanes; every lane of the warp takes part (rows past t hold 0).
+            # A group spanning several lanes reduces by shuffles; every lane of the warp takes part
+            # (rows past t hold 0).
             for i in T.unroll(shuffles):
                 amax[0] = T.max(amax[0], T.shfl_xor(amax[0], 1 << i))
             if valid(slot[0], num_blocks):
@@ -427,17 +431,18 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
                         encode_fp4(pairs, sc[1], sc[2], None, words)
                     else:
                         encode_fp4(pairs, T.float32(2.0**-126), T.float32(-0.0), sc[0], words)
-                    cache[block, off, layout.scale_offset + lane] = sb[0]
+                    if lane % group_lanes == 0:
+                        cache[block, off, layout.scale_offset + lane // group_lanes] = sb[0]
                 else:
                     amax[0] = F.group_scale(amax[0], E4M3_MAX, True)
                     sc[0] = F.scale_reciprocal(amax[0], True)
                     for e in T.unroll(n):
                         codes[e] = T.reinterpret(F.e4m3(T.cast(buf[e], "float32") * sc[0]), "uint8")
-                    if lane % 4 == 0:
+                    if lane % group_lanes == 0:
                         for b in T.unroll(4):
                             sb[b] = T.cast((T.reinterpret(amax[0], "uint32") >> T.uint32(8 * b)) & T.uint32(0xFF), "uint8")
-                        store_bytes(cache, block, off, layout.scale_offset + (lane // 4) * 4, sb, 4, scale_svec)
-                store_bytes(cache, block, off, lane * out_bytes, codes, out_bytes, svec)
+                        store_bytes(cache, block, off, layout.scale_offset + (lane // group_lanes) * 4, sb, 4, scale_svec)
+                store_bytes(cache, block, off, lane * out_bytes, codes, out_bytes, code_svec)
                 for s in T.unroll(rope_steps):
                     if lane + s * lanes < rope_vectors:
                         # bf16 bits, little-endian, as the record's bytes.
