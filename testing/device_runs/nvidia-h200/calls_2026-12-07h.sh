@@ -10,7 +10,7 @@ set -u
 t0=$(date +%s)
 mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu/tilelang-*.tar.xz
 PYTHONPATH=/tmp/site:$PWD:$PWD/platform TILELANG_CACHE_DIR=/tmp/tl-cache OUT=$OUT \
-  VARIANTS="${VARIANTS:-l16=16,l32=32,l64=64,l32t256=32:256}" \
+  VARIANTS="${VARIANTS:-l16=16,l32=32,l64=64,l32t256=32:256,l64t256=64:256}" \
   timeout ${AB_S:-200} python3 testing/device_runs/nvidia-h200/store_record_lanes_ab.py > $OUT/ab.log 2>&1
 echo "ab rc $? after $(( $(date +%s) - t0 )) s" >> $OUT/ab.log
 OUT=$OUT WORKERS=1 TEST_KERNELS="" GPU1_KERNELS="" BUDGET=$(( ${TOTAL:-560} - ($(date +%s) - t0) )) \
