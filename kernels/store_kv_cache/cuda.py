@@ -60,8 +60,8 @@ Where the work runs (design):
     warp. The 64 rope values (128 bytes) are copied by lanes 0..7 with one 16-byte vector each,
     split into bytes in registers (the cache operand is bytes). 2 tokens per 128-thread block: a
     4096-token store is 2048 blocks, every thread's serial work short (8 values). Against 16 lanes
-    of 32 values, same-run A/B on an H100 (PERF.md): 4096 tokens FP4 4.64 -> 3.76 us, FP8 4.72 ->
-    3.90; 1 token 1.37 -> 1.18; 16384 FP4 tokens 10.55 -> 11.06 (more instructions per token).
+    of 32 values: 17-19% faster at 4096 tokens and 0.08-0.21 us at decode sizes on an H100, 5%
+    slower for FP4 at 16384 tokens (PERF.md).
   * No shared memory, no atomics except the checked kernels' count (one atomicAdd per out-of-range
     token, which only a broken slot mapping produces).
 """
@@ -353,9 +353,9 @@ def _record_body(name: str, layout: RecordLayout, index_dtype: str, block_size: 
     lvec = load_bytes // 2
     lanes = _RECORD_LANES
     n = LATENT // lanes  # latent values per lane
-    group_lanes = max(1, layout.group // n)  # lanes sharing one scale: they reduce by xor shuffles
-    if n > layout.group or n % lvec or group_lanes > _WARP:
+    if n > layout.group or n % lvec or layout.group // n > _WARP:
         raise ValueError(f"{name}: {lanes} lanes per token give {n} values a lane, which must divide the group ({layout.group}) and be whole loads of {lvec}, with a group's lanes in one warp")
+    group_lanes = layout.group // n  # lanes sharing one scale: they reduce by xor shuffles
     rows = _BLOCK_THREADS // lanes
     fp4 = layout is FP4
     shuffles = int(math.log2(group_lanes))
