@@ -7,7 +7,8 @@ ran; no target runs it. Run from a source tree's root on a CUDA device, TileLang
 Each variant NAME=LANES[:THREADS] is kernels/store_kv_cache/cuda.py imported under its own module
 name with `_RECORD_LANES` (and `_BLOCK_THREADS`, 128 unless named) set before its factories build;
 the kernels are the interface's (int64 slots, block size 64, dense rows and cache, PDL on sm_90+).
-Data: the bench's (randn rows; slots fill whole blocks of 64 in a random block order). Every
+Data: the bench's (randn rows; slots from its _slots: whole blocks of 64 in a random block order; the run
+of calls_2026-12-07h.md built the same slots inline, the same draws in the same order). Every
 variant's cache, poisoned with 0xA5 first, must equal layout.encode_rows placed at the slots and
 0xA5 elsewhere (the table marks a MISMATCH). Timing: testing.timer (CUDA-graph replay, input sets
 rotated past 2 x L2), median of three alternating rounds, us, with `copy`: an SM copy of the
@@ -20,6 +21,7 @@ import torch
 
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "platform")]
 from kernels.store_kv_cache import layout  # noqa: E402
+from kernels.store_kv_cache.store_kv_cache_bench import _slots as bench_slots  # noqa: E402
 from testing import timer  # noqa: E402
 from testing.variants import load_variant, report_header, table_row, write_report  # noqa: E402
 
@@ -57,9 +59,7 @@ def main():
 
             def one_set():
                 kv = torch.randn((t, layout.WIDTH), generator=g, device=dev).to(torch.bfloat16)
-                order = torch.randperm(nb, generator=g, device=dev)
-                offsets = torch.arange(t, device=dev)
-                slots = order[offsets // BLOCK] * BLOCK + offsets % BLOCK
+                slots, _ = bench_slots(t, BLOCK, g, dev)
                 return kv, slots, torch.empty((nb, BLOCK, rec.record_bytes), dtype=torch.uint8, device=dev)
 
             sets = [one_set() for _ in range(timer.sets_for_rotation(per_set, l2))]
